@@ -1,0 +1,25 @@
+# Two commands for a fresh clone: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+JOBS ?= 2
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/ovq-cl demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n $(JOBS)
+
+clean:
+	rm -rf $(VENV) mlruns.db mlruns outputs

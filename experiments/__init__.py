@@ -1,0 +1,1 @@
+"""Experiments: configs, the runner, MLflow tracking and comparisons. The only place that touches MLflow."""

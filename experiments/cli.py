@@ -1,0 +1,38 @@
+"""Command line: ``ovq-cl demo`` (and, as the project grows, ``ovq-cl run CONFIG``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="ovq-cl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="train the small LM with each mixer on a toy recall task")
+    demo.add_argument("--mixers", default=None, help="comma-separated mixer names (default: all demo mixers)")
+    demo.add_argument("--steps", type=int, default=None)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        from experiments.demo import DemoConfig, run_demo
+        from ovq_cl.layers import MIXERS
+
+        cfg = DemoConfig(seed=args.seed)
+        if args.mixers:
+            cfg.mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
+            unknown = [m for m in cfg.mixers if m not in MIXERS]
+            if unknown:
+                parser.error(f"unknown mixer(s) {unknown}; known: {sorted(MIXERS)}")
+        if args.steps is not None:
+            if args.steps < 1:
+                parser.error("--steps must be >= 1")
+            cfg.steps = args.steps
+        run_demo(cfg, progress=not args.no_progress)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The mixer contract shared by every sequence mixer.
+
+``y, state = mixer(x, state=None)`` with x [B, T, d_model] and y of the same shape; ``state`` is a
+:class:`~ovq_cl.state.MixerState` (None = fresh). Passing the returned state to the next call
+continues the sequence: one call over T tokens equals the same tokens split across calls.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple, Type
+
+import torch
+from torch import nn
+
+from ovq_cl.state import MixerState
+
+
+class Mixer(nn.Module):
+    """Base class: input checks, and the size of the state the mixer carries."""
+
+    #: the dataclass of this mixer's state
+    state_type: Type[MixerState] = MixerState
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: Optional[int] = None) -> None:
+        super().__init__()
+        if d_model < 1 or n_heads < 1:
+            raise ValueError(f"{type(self).__name__}: d_model and n_heads must be >= 1, got {d_model}, {n_heads}")
+        if head_dim is None:
+            if d_model % n_heads:
+                raise ValueError(
+                    f"{type(self).__name__}: d_model={d_model} is not divisible by n_heads={n_heads}; set head_dim"
+                )
+            head_dim = d_model // n_heads
+        if head_dim < 1:
+            raise ValueError(f"{type(self).__name__}: head_dim must be >= 1, got {head_dim}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, head_dim
+
+    def check_input(self, x: torch.Tensor, state: Optional[MixerState]) -> None:
+        if x.dim() != 3:
+            raise ValueError(f"{type(self).__name__}: x must be [B, T, d_model] (rank 3), got shape {tuple(x.shape)}")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"{type(self).__name__}: x has width {x.shape[-1]}, expected d_model={self.d_model}")
+        if state is not None and not isinstance(state, self.state_type):
+            raise ValueError(
+                f"{type(self).__name__}: state must be {self.state_type.__name__} or None, got {type(state).__name__}"
+            )
+
+    def forward(self, x: torch.Tensor, state: Optional[MixerState] = None) -> Tuple[torch.Tensor, MixerState]:
+        raise NotImplementedError
+
+    def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of the state after ``seq_len`` tokens (analytic; equals ``state.nbytes``)."""
+        raise NotImplementedError
+
+    def state_stats(self, state: Optional[MixerState]) -> Dict[str, float]:
+        """Mixer-specific numbers about a state (e.g. OVQ's active slots); empty by default."""
+        return {}
+
+
+def elem_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()

@@ -1,0 +1,51 @@
+"""Full causal softmax attention (SDPA) whose state is the KV cache."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from ovq_cl.layers.base import Mixer, elem_size
+from ovq_cl.layers.rotary import apply_rotary
+from ovq_cl.ops.softmax import KVCacheState, softmax_attention
+
+
+class SoftmaxAttention(Mixer):
+    """Causal multi-head attention; ``window=None`` is full attention, an int W a sliding window.
+
+    With ``rope`` the keys are rotated before caching, at positions counted from the first token the
+    state saw, so a split sequence gets the same positions as the whole one.
+    """
+
+    state_type = KVCacheState
+
+    def __init__(
+        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, rope: bool = True,
+        rope_base: float = 10000.0, window: Optional[int] = None,
+    ) -> None:
+        super().__init__(d_model, n_heads, head_dim)
+        if window is not None and window < 1:
+            raise ValueError(f"{type(self).__name__}: window must be >= 1, got {window}")
+        inner = n_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, inner, bias=False)
+        self.k_proj = nn.Linear(d_model, inner, bias=False)
+        self.v_proj = nn.Linear(d_model, inner, bias=False)
+        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.rope, self.rope_base, self.window = rope, rope_base, window
+
+    def forward(self, x: torch.Tensor, state: Optional[KVCacheState] = None) -> Tuple[torch.Tensor, KVCacheState]:
+        """x: [B, T, d_model] -> y [B, T, d_model], state (the cache)."""
+        self.check_input(x, state)
+        B, T, _ = x.shape
+        shape = (B, T, self.n_heads, self.head_dim)
+        q, k, v = self.q_proj(x).view(shape), self.k_proj(x).view(shape), self.v_proj(x).view(shape)
+        if self.rope:
+            offset = 0 if state is None else state.seen
+            q, k = apply_rotary(q, offset, self.rope_base), apply_rotary(k, offset, self.rope_base)
+        o, state = softmax_attention(q, k, v, window=self.window, initial_state=state)
+        return self.o_proj(o.reshape(B, T, -1)), state
+
+    def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
+        kept = seq_len if self.window is None else min(seq_len, self.window - 1)
+        return batch_size * self.n_heads * kept * 2 * self.head_dim * elem_size(dtype)

@@ -1,0 +1,156 @@
+"""The mixer contract, for every registered mixer: chunked = token by token = split calls, causality,
+state size, save/load, gradients, bad input."""
+import pytest
+import torch
+
+from ovq_cl.layers import MIXERS, build_mixer
+from ovq_cl.ops.linear import linear_attention_chunked, linear_attention_recurrent
+from ovq_cl.ops.softmax import softmax_attention
+
+from conftest import rel_err
+
+D_MODEL, HEADS = 24, 3
+OPTIONS = {
+    "ovq": {"num_slots": 6, "chunk_size": 5},
+    "full": {},
+    "linear": {"chunk_size": 7},
+}
+
+
+def make(kind, dtype=torch.float64):
+    torch.manual_seed(1)
+    return build_mixer(kind, D_MODEL, HEADS, OPTIONS.get(kind, {})).to(dtype)
+
+
+def run_split(mixer, x, cuts):
+    outs, state, prev = [], None, 0
+    for cut in list(cuts) + [x.shape[1]]:
+        y, state = mixer(x[:, prev:cut], state)
+        outs.append(y)
+        prev = cut
+    return torch.cat(outs, 1), state
+
+
+@pytest.fixture(params=sorted(OPTIONS))
+def kind(request):
+    return request.param
+
+
+def test_every_registered_mixer_is_covered():
+    assert set(MIXERS) <= set(OPTIONS) | {"vq", "delta", "swa"}
+
+
+def test_one_call_equals_token_by_token_and_split_calls(kind):
+    mixer = make(kind)
+    x = torch.randn(2, 33, D_MODEL, dtype=torch.float64)
+    y, state = mixer(x)
+    y_tok, state_tok = run_split(mixer, x, range(1, 33))
+    assert rel_err(y_tok, y) < 1e-10
+    for cuts in ([10, 20], [3, 4, 25]):
+        y_split, state_split = run_split(mixer, x, cuts)
+        assert rel_err(y_split, y) < 1e-10
+        assert state_split.nbytes == state.nbytes
+    for a, b in zip(state.state_dict().values(), state_tok.state_dict().values()):
+        assert a.shape == b.shape and (a.numel() == 0 or rel_err(a.double(), b.double()) < 1e-10)
+
+
+def test_causality(kind):
+    mixer = make(kind)
+    x = torch.randn(1, 30, D_MODEL, dtype=torch.float64)
+    y, _ = mixer(x)
+    for t in (0, 4, 5, 17):
+        x2 = x.clone()
+        x2[:, t + 1:] += torch.randn_like(x2[:, t + 1:])
+        y2, _ = mixer(x2)
+        assert torch.allclose(y2[:, : t + 1], y[:, : t + 1], rtol=0, atol=1e-12)
+        assert not torch.allclose(y2[:, t + 1:], y[:, t + 1:])
+
+
+def test_state_nbytes_matches_the_state_and_scales_as_designed(kind):
+    mixer = make(kind, torch.float32)
+    sizes = {}
+    for T in (20, 64):
+        with torch.no_grad():
+            _, state = mixer(torch.randn(2, T, D_MODEL))
+        assert state.nbytes == mixer.state_nbytes(T, batch_size=2)
+        sizes[T] = mixer.state_nbytes(T * 100, batch_size=2)
+    grows = kind == "full"
+    assert (sizes[64] > sizes[20]) == grows
+
+
+def test_state_save_load_and_eval_from_a_copy(kind, tmp_path):
+    mixer = make(kind)
+    x = torch.randn(2, 12, D_MODEL, dtype=torch.float64)
+    _, state = mixer(x)
+    torch.save(state.state_dict(), tmp_path / "state.pt")
+    loaded = type(state).from_state_dict(torch.load(tmp_path / "state.pt"))
+    snapshot = {k: v.clone() for k, v in state.state_dict().items()}
+    x2 = torch.randn(2, 9, D_MODEL, dtype=torch.float64)
+    y_a, _ = mixer(x2, state.clone())
+    y_b, _ = mixer(x2, loaded)
+    assert torch.equal(y_a, y_b)
+    for key, value in state.state_dict().items():                  # the carried state is untouched
+        assert torch.equal(value, snapshot[key])
+
+
+def test_gradients_finite_and_reach_every_parameter(kind):
+    mixer = make(kind, torch.float32)
+    x = torch.randn(2, 40, D_MODEL, requires_grad=True)
+    y, _ = mixer(x)
+    y.square().mean().backward()
+    assert torch.isfinite(x.grad).all()
+    for name, p in mixer.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+
+
+def test_bad_input(kind):
+    mixer = make(kind, torch.float32)
+    with pytest.raises(ValueError, match="rank 3"):
+        mixer(torch.randn(4, D_MODEL))
+    with pytest.raises(ValueError, match="d_model"):
+        mixer(torch.randn(1, 4, D_MODEL + 1))
+    other = "linear" if kind != "linear" else "full"
+    _, foreign = make(other, torch.float32)(torch.randn(1, 4, D_MODEL))
+    with pytest.raises(ValueError, match="state must be"):
+        mixer(torch.randn(1, 4, D_MODEL), foreign)
+
+
+def test_unknown_mixer_and_bad_options():
+    with pytest.raises(ValueError, match="unknown mixer 'mamba9'"):
+        build_mixer("mamba9", D_MODEL, HEADS)
+    with pytest.raises(ValueError, match="chunk_size"):
+        build_mixer("ovq", D_MODEL, HEADS, {"chunk_size": 0})
+    with pytest.raises(ValueError, match="num_slots"):
+        build_mixer("ovq", D_MODEL, HEADS, {"num_slots": 0})
+    with pytest.raises(ValueError, match="divisible"):
+        build_mixer("full", 25, HEADS)
+    with pytest.raises(ValueError, match="feature_map"):
+        build_mixer("linear", D_MODEL, HEADS, {"feature_map": "cosh"})
+    with pytest.raises(TypeError):
+        build_mixer("ovq", D_MODEL, HEADS, {"slots": 5})
+
+
+@pytest.mark.parametrize("fmap,normalize", [("elu1", True), ("relu", True), ("identity", False)])
+def test_linear_attention_chunked_equals_recurrence_and_explicit_sum(fmap, normalize):
+    q, k, v = (torch.randn(2, 63, 3, 60, dtype=torch.float64) for _ in range(3))
+    o, s = linear_attention_chunked(q, k, v, fmap, normalize, chunk_size=16)
+    o_r, s_r = linear_attention_recurrent(q, k, v, fmap, normalize)
+    assert rel_err(o, o_r) < 1e-10 and rel_err(s.S, s_r.S) < 1e-10 and rel_err(s.z, s_r.z) < 1e-10
+    # independent quadratic form: o_t = sum_{s<=t} (phi(q_t).phi(k_s)) v_s [/ sum_{s<=t} phi(q_t).phi(k_s)]
+    from ovq_cl.ops.linear.naive import feature_map
+    phi = feature_map(fmap)
+    a = torch.einsum("bthd,bshd->bhts", phi(q), phi(k)).tril()
+    ref = torch.einsum("bhts,bshd->bthd", a, v)
+    if normalize:
+        ref = ref / (a.sum(-1).transpose(1, 2).unsqueeze(-1) + 1e-6)
+    assert rel_err(o, ref) < 1e-10
+
+
+def test_sliding_window_softmax_attention_masks_old_tokens():
+    q, k, v = (torch.randn(1, 20, 2, 8, dtype=torch.float64) for _ in range(3))
+    o, _ = softmax_attention(q, k, v, window=4)
+    t = 10
+    s = (q[0, t] * k[0, t - 3: t + 1]).sum(-1) / 8 ** 0.5                 # [4, H]
+    ref = torch.einsum("sh,shd->hd", s.softmax(0), v[0, t - 3: t + 1])
+    assert rel_err(o[0, t], ref) < 1e-12

@@ -1,0 +1,75 @@
+"""The decoder LM: hybrids, state threading, configs."""
+import pytest
+import torch
+
+from ovq_cl import DecoderLM, model_config
+
+from conftest import rel_err
+
+SMALL = {"vocab_size": 31, "d_model": 24, "n_heads": 3, "ovq": {"num_slots": 6, "chunk_size": 4}}
+
+
+@pytest.mark.parametrize("layers", [["ovq"], ["full"], ["linear"], ["full", "ovq"], ["linear", "ovq", "full"]])
+def test_split_calls_equal_one_call(layers):
+    cfg = model_config({**SMALL, "layers": layers, "n_layers": 3 if len(layers) == 3 else 2})
+    model = DecoderLM(cfg).double()
+    tokens = torch.randint(0, 31, (2, 21))
+    logits, states = model(tokens)
+    assert logits.shape == (2, 21, 31)
+    assert [type(s).__name__ for s in states] == [type(m).state_type.__name__ for m in model.mixers]
+    parts, s = [], None
+    for a, b in [(0, 8), (8, 9), (9, 21)]:
+        out, s = model(tokens[:, a:b], s)
+        parts.append(out)
+    assert rel_err(torch.cat(parts, 1), logits) < 1e-10
+    assert [x.nbytes for x in s] == model.state_nbytes(21, batch_size=2)
+
+
+def test_layer_pattern_repeats_and_must_divide():
+    cfg = model_config({**SMALL, "layers": ["full", "ovq"], "n_layers": 4})
+    assert cfg.layer_kinds() == ["full", "ovq", "full", "ovq"]
+    with pytest.raises(ValueError, match="does not divide"):
+        DecoderLM(model_config({**SMALL, "layers": ["full", "ovq"], "n_layers": 3}))
+    with pytest.raises(ValueError, match="unknown mixer"):
+        DecoderLM(model_config({**SMALL, "layers": ["transformer"]}))
+
+
+def test_config_rejects_unknown_keys_and_bad_types():
+    with pytest.raises(ValueError, match="num_slotz"):
+        model_config({"ovq": {"num_slotz": 4}})
+    with pytest.raises(ValueError, match="d_model"):
+        model_config({"d_model": "wide"})
+
+
+def test_tied_and_untied_heads():
+    tied = DecoderLM(model_config({**SMALL, "tie_embeddings": True}))
+    untied = DecoderLM(model_config({**SMALL, "tie_embeddings": False}))
+    assert tied.head.weight is tied.embed.weight
+    assert untied.head.weight is not untied.embed.weight
+    assert sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in tied.parameters()) == 31 * 24
+
+
+def test_bad_tokens():
+    model = DecoderLM(model_config(SMALL))
+    with pytest.raises(ValueError, match="rank 2"):
+        model(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="integers"):
+        model(torch.zeros(1, 5))
+    with pytest.raises(ValueError, match="states"):
+        model(torch.zeros(1, 5, dtype=torch.long), [None])
+
+
+def test_a_few_steps_of_training_lower_the_loss():
+    torch.manual_seed(0)
+    model = DecoderLM(model_config({**SMALL, "layers": ["ovq"]}))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    tokens = torch.randint(0, 31, (8, 16))
+    losses = []
+    for _ in range(30):
+        logits, _ = model(tokens)
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 31), tokens[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]

@@ -1,0 +1,280 @@
+"""The OVQ op: known answers, equivalences and invariants of the PyTorch reference."""
+import dataclasses
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ovq_cl.ops.ovq import OVQParams, growth_target, ovq_attention
+from ovq_cl.ops.ovq.naive import (
+    OVQState, assign_to_slots, empty_ovq_state, growth_curve, kmeans_merge, spread_init_select,
+)
+
+from conftest import rel_err
+
+F64 = torch.float64
+
+
+def qkv(B, T, H, D, Dv=None, dtype=F64, requires_grad=False):
+    Dv = D if Dv is None else Dv
+    q, k = torch.randn(B, T, H, D, dtype=dtype), torch.randn(B, T, H, D, dtype=dtype)
+    v = torch.randn(B, T, H, Dv, dtype=dtype)
+    return [t.requires_grad_(requires_grad) for t in (q, k, v)]
+
+
+def exact_softmax_attention(q, k, v, beta):
+    """Independent reference: causal softmax over normalised q, k with scale beta, one matrix per head."""
+    qn, kn = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    s = torch.einsum("bthd,bshd->bhts", qn, kn) * beta.view(1, -1, 1, 1)
+    T = q.shape[1]
+    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.einsum("bhts,bshd->bthd", s.softmax(-1), v)
+
+
+def assert_states_equal(a: OVQState, b: OVQState, tol=1e-10):
+    assert a.seen == b.seen and a.n_active == b.n_active
+    for name in ("keys", "values", "counts", "pending_keys", "pending_values"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.shape == y.shape, name
+        if x.numel():
+            assert (x - y).abs().max() <= tol, name
+
+
+@pytest.mark.parametrize("T,D,L", [(63, 60, 16), (500, 32, 64)])
+def test_unsaturated_dictionary_equals_exact_softmax_attention(T, D, L):
+    q, k, v = qkv(2, T, 3, D)
+    beta = torch.tensor([2.0, 5.0, 11.0], dtype=F64)
+    params = OVQParams(num_slots=T + 5, chunk_size=L, growth="linear", growth_rate=1.0)
+    o, state = ovq_attention(q, k, v, beta, params)
+    assert rel_err(o, exact_softmax_attention(q, k, v, beta)) < 1e-10
+    assert state.n_active == (T // L) * L  # every absorbed key got its own slot
+
+
+def test_saturated_dictionary_differs_from_softmax_attention():
+    """The equivalence above is not vacuous: with N < T the outputs change."""
+    q, k, v = qkv(1, 63, 2, 16)
+    beta = torch.tensor([4.0, 4.0], dtype=F64)
+    o, _ = ovq_attention(q, k, v, beta, OVQParams(num_slots=8, chunk_size=8))
+    assert rel_err(o, exact_softmax_attention(q, k, v, beta)) > 1e-3
+
+
+CONFIGS = [
+    OVQParams(num_slots=12, chunk_size=8),
+    OVQParams(num_slots=12, chunk_size=8, growth="linear", growth_rate=0.5, init="random", init_seed=3),
+    OVQParams(num_slots=40, chunk_size=7, growth_alpha=5.0, state_grad="detach"),
+    OVQParams(num_slots=5, chunk_size=1),
+]
+
+
+@pytest.mark.parametrize("params", CONFIGS, ids=lambda p: f"N{p.num_slots}-L{p.chunk_size}-{p.growth}-{p.init}-{p.state_grad}")
+def test_chunked_equals_token_by_token_and_split_calls(params):
+    q, k, v = qkv(2, 63, 3, 60, Dv=20)
+    beta = torch.tensor([3.0, 6.0, 9.0], dtype=F64)
+    o, state = ovq_attention(q, k, v, beta, params)
+    o_rec, state_rec = ovq_attention(q, k, v, beta, params, backend="recurrent")
+    assert rel_err(o_rec, o) < 1e-10
+    assert_states_equal(state_rec, state)
+    L = params.chunk_size
+    for cuts in ([2 * L, 5 * L], [1, 17, 18, 40]):          # at chunk boundaries, then anywhere
+        pieces, s, prev = [], None, 0
+        for cut in cuts + [63]:
+            out, s = ovq_attention(q[:, prev:cut], k[:, prev:cut], v[:, prev:cut], beta, params, initial_state=s)
+            pieces.append(out)
+            prev = cut
+        assert rel_err(torch.cat(pieces, 1), o) < 1e-10
+        assert_states_equal(s, state)
+
+
+def test_random_init_differs_from_spread_init():
+    q, k, v = qkv(1, 64, 1, 8)
+    beta = torch.ones(1, dtype=F64)
+    spread = ovq_attention(q, k, v, beta, OVQParams(num_slots=16, chunk_size=32))[1]
+    rand = ovq_attention(q, k, v, beta, OVQParams(num_slots=16, chunk_size=32, init="random"))[1]
+    assert not torch.equal(spread.keys, rand.keys)
+
+
+@pytest.mark.parametrize("causal_mode", ["recurrent", "auto"])
+def test_causality(causal_mode):
+    q, k, v = qkv(1, 40, 2, 8)
+    beta = torch.tensor([5.0, 5.0], dtype=F64)
+    params = OVQParams(num_slots=6, chunk_size=8)
+    o, _ = ovq_attention(q, k, v, beta, params, backend=causal_mode)
+    for t in (0, 7, 8, 21, 38):
+        q2, k2, v2 = (x.clone() for x in (q, k, v))
+        for x in (q2, k2, v2):
+            x[:, t + 1:] = torch.randn_like(x[:, t + 1:])
+        o2, _ = ovq_attention(q2, k2, v2, beta, params, backend=causal_mode)
+        assert torch.allclose(o2[:, : t + 1], o[:, : t + 1], rtol=0, atol=1e-12)
+        assert not torch.allclose(o2[:, t + 1:], o[:, t + 1:])
+
+
+@pytest.mark.parametrize("growth", ["plateau", "linear"])
+def test_state_invariants(growth):
+    params = OVQParams(num_slots=24, chunk_size=8, growth=growth, growth_alpha=30.0, growth_rate=0.4)
+    q, k, v = qkv(2, 8, 2, 16, dtype=torch.float32)
+    beta = torch.full((2,), 5.0)
+    state, prev_active = None, 0
+    for _ in range(40):
+        q, k, v = qkv(2, 8, 2, 16, dtype=torch.float32)
+        _, state = ovq_attention(q, k, v, beta, params, initial_state=state)
+        assert torch.all(state.counts.sum(-1) == state.seen)                   # counts sum to tokens absorbed
+        assert state.n_active == growth_target(state.seen, params) <= params.num_slots
+        assert state.n_active >= prev_active
+        prev_active = state.n_active
+        active = state.keys[:, :, : state.n_active]
+        assert torch.allclose(active.norm(dim=-1), torch.ones(()), atol=1e-5)   # unit-norm key rows
+        assert torch.all(state.counts[:, :, : state.n_active] >= 1)
+        assert torch.all(state.counts[:, :, state.n_active:] == 0)
+    assert state.n_active == params.num_slots or growth == "plateau"
+
+
+def test_growth_function_shape():
+    p = OVQParams(num_slots=1024, chunk_size=64)          # alpha = N: G(t) = N t / (N + t)
+    for t in (1, 64, 1000, 10**6):
+        assert math.isclose(growth_curve(t, p), 1024 * t / (1024 + t), rel_tol=1e-9)
+    assert growth_target(64, p) == 61 and growth_target(10**9, p) == 1024
+    lin = OVQParams(num_slots=100, chunk_size=8, growth="linear", growth_rate=0.5)
+    assert [growth_target(t, lin) for t in (8, 16, 1000)] == [4, 8, 100]
+
+
+def test_state_size_independent_of_sequence_length():
+    params = OVQParams(num_slots=32, chunk_size=64)
+    beta = torch.full((2,), 5.0)
+    sizes = {}
+    for T in (256, 4096):
+        q, k, v = qkv(1, T, 2, 16, dtype=torch.float32)
+        with torch.no_grad():
+            _, state = ovq_attention(q, k, v, beta, params)
+        sizes[T] = state.nbytes
+    assert sizes[256] == sizes[4096] == 2 * 32 * (16 + 16 + 1) * 4
+
+
+def test_kmeans_step_is_newton_step_on_mixture_nll():
+    """For one slot with c earlier points summarised by its mean mu and m new points x_i, the NLL
+    0.5 * (c |mu - mu_old|^2 + sum |x_i - mu|^2) has its Newton step at mu_old equal to the batch
+    k-means update (c mu_old + sum x_i) / (c + m)."""
+    D, c, m = 5, 7.0, 4
+    mu_old = torch.randn(D, dtype=F64)
+    xs = torch.randn(m, D, dtype=F64)
+
+    def nll(mu):
+        return 0.5 * (c * (mu - mu_old).pow(2).sum() + (xs - mu).pow(2).sum())
+
+    mu = mu_old.clone().requires_grad_(True)
+    grad = torch.autograd.grad(nll(mu), mu)[0]
+    hess = torch.autograd.functional.hessian(nll, mu_old)
+    newton = mu_old - torch.linalg.solve(hess, grad)
+    N = 3
+    keys = F.normalize(torch.randn(1, 1, N, D, dtype=F64), dim=-1)
+    values = torch.randn(1, 1, N, D, dtype=F64)
+    values[0, 0, 1] = mu_old
+    counts = torch.tensor([[[2.0, c, 0.0]]], dtype=F64)
+    slot = torch.ones(1, 1, m, dtype=torch.long)
+    new_k, new_v, new_c = kmeans_merge(keys, values, counts, slot, F.normalize(xs, dim=-1)[None, None], xs[None, None])
+    assert rel_err(new_v[0, 0, 1], newton) < 1e-12
+    assert new_c[0, 0].tolist() == [2.0, c + m, 0.0]
+    assert torch.equal(new_k[0, 0, 0], keys[0, 0, 0]) and torch.equal(new_v[0, 0, 0], values[0, 0, 0])  # untouched row
+    assert torch.allclose(new_k[0, 0, 1].norm(), torch.ones((), dtype=F64))
+
+
+def test_spread_init_picks_keys_least_similar_to_centroids():
+    D = 4
+    centroids = torch.eye(D, dtype=F64)[:2][None, None]                       # e0, e1
+    keys = torch.tensor([[1.0, 0, 0, 0], [0, 0, 1.0, 0], [0.7, 0.7, 0, 0], [0, 0, 0, 1.0], [0, 1.0, 0, 0]], dtype=F64)
+    keys = F.normalize(keys, dim=-1)[None, None]
+    chosen = spread_init_select(keys, centroids, 2)
+    assert sorted(chosen[0, 0].tolist()) == [1, 3]                             # orthogonal to both centroids
+    assert spread_init_select(keys, centroids[:, :, :0], 3)[0, 0].tolist() == [0, 1, 2]  # no centroids: by position
+    assert assign_to_slots(keys, centroids)[0, 0].tolist() == [0, 0, 0, 0, 1]
+
+
+def test_spread_init_and_kmeans_through_the_op_known_answer():
+    """Three chunks of 4 keys, linear growth 0.25 (one new slot per chunk), no noise.
+
+    chunk 1 [A A A A]: the first slot is A (count 4).
+    chunk 2 [A B A C]: B is orthogonal to A, C is at 0.5 from A: B wins the new slot; C joins A.
+    chunk 3 [C A B C]: C (max similarity 0.5) wins the new slot; the rest join their own slot.
+    """
+    A, B = torch.tensor([1.0, 0, 0], dtype=F64), torch.tensor([0, 1.0, 0], dtype=F64)
+    C = torch.tensor([0.5, 0, math.sqrt(0.75)], dtype=F64)
+    keys = torch.stack([A, A, A, A, A, B, A, C, C, A, B, C])[None, :, None]
+    values = torch.arange(12, dtype=F64).view(1, 12, 1, 1)
+    params = OVQParams(num_slots=3, chunk_size=4, growth="linear", growth_rate=0.25)
+    _, state = ovq_attention(keys, keys, values, torch.ones(1, dtype=F64), params)
+    assert state.counts[0, 0].tolist() == [8.0, 2.0, 2.0]
+    assert rel_err(state.keys[0, 0, 1], B) < 1e-12 and rel_err(state.keys[0, 0, 2], C) < 1e-12
+    after_chunk2 = F.normalize(4 * A + 2 * A + C, dim=0)                     # c_n D_k[n] + sum of new keys
+    assert rel_err(state.keys[0, 0, 0], F.normalize(7 * after_chunk2 + A, dim=0)) < 1e-12
+    # value means: A slot got tokens 0-4, 6, 7 (C joined A) and 9; B got 5 and 10; C got 8 and 11
+    expected = torch.tensor([(0 + 1 + 2 + 3 + 4 + 6 + 7 + 9) / 8, (5 + 10) / 2, (8 + 11) / 2], dtype=F64)
+    assert rel_err(state.values[0, 0, :, 0], expected) < 1e-12
+
+
+def test_gradients_match_finite_differences_with_full_state_grad():
+    q, k, v = qkv(1, 10, 2, 3, requires_grad=True)
+    beta = torch.tensor([2.0, 3.0], dtype=F64, requires_grad=True)
+    params = OVQParams(num_slots=3, chunk_size=3, state_grad="full")
+    assert torch.autograd.gradcheck(lambda *a: ovq_attention(*a, params)[0], (q, k, v, beta), eps=1e-6, atol=1e-6)
+
+
+def test_state_grad_full_lets_later_chunks_train_earlier_keys():
+    q, k, v = qkv(1, 16, 1, 4, requires_grad=True)
+    beta = torch.tensor([3.0], dtype=F64)
+    grads = {}
+    for mode in ("full", "detach"):
+        o, _ = ovq_attention(q, k, v, beta, OVQParams(num_slots=4, chunk_size=8, state_grad=mode))
+        grads[mode] = torch.autograd.grad(o[:, 8:].sum(), (k, v))              # second chunk only
+    for g in grads["full"]:
+        assert g[:, :8].abs().max() > 1e-6 and torch.isfinite(g).all()
+    for g in grads["detach"]:
+        assert g[:, :8].abs().max() == 0
+
+
+def test_float32_and_gradients_finite_at_scale():
+    q, k, v = qkv(2, 256, 4, 32, dtype=torch.float32, requires_grad=True)
+    beta = torch.full((4,), 8.0, requires_grad=True)
+    o, _ = ovq_attention(q, k, v, beta, OVQParams(num_slots=64, chunk_size=32))
+    o.square().mean().backward()
+    for t in (q, k, v, beta):
+        assert torch.isfinite(t.grad).all()
+
+
+def test_bad_input_raises_clear_errors():
+    q, k, v = qkv(1, 8, 2, 4)
+    beta = torch.ones(2, dtype=F64)
+    p = OVQParams(num_slots=4, chunk_size=4)
+    with pytest.raises(ValueError, match="rank 4"):
+        ovq_attention(q[0], k, v, beta, p)
+    with pytest.raises(ValueError, match="same shape"):
+        ovq_attention(q, k[..., :3], v, beta, p)
+    with pytest.raises(ValueError, match="beta"):
+        ovq_attention(q, k, v, torch.ones(3), p)
+    with pytest.raises(ValueError, match="chunk_size"):
+        OVQParams(num_slots=4, chunk_size=0)
+    with pytest.raises(ValueError, match="num_slots"):
+        OVQParams(num_slots=0, chunk_size=4)
+    with pytest.raises(ValueError, match="growth"):
+        OVQParams(num_slots=4, chunk_size=4, growth="exponential")
+    with pytest.raises(ValueError, match="backend"):
+        ovq_attention(q, k, v, beta, p, backend="cuda-magic")
+    _, s = ovq_attention(q, k, v, beta, p)
+    with pytest.raises(ValueError, match="initial_state.keys"):
+        ovq_attention(q, k, v, beta, OVQParams(num_slots=5, chunk_size=4), initial_state=s)
+
+
+def test_state_dict_round_trip_and_clone_isolation(tmp_path):
+    q, k, v = qkv(1, 13, 2, 4)
+    beta = torch.ones(2, dtype=F64)
+    p = OVQParams(num_slots=4, chunk_size=4)
+    _, s = ovq_attention(q, k, v, beta, p)
+    torch.save(s.state_dict(), tmp_path / "s.pt")
+    s2 = OVQState.from_state_dict(torch.load(tmp_path / "s.pt"))
+    assert_states_equal(s2, s, tol=0)
+    c = s.clone()
+    c.keys.add_(1.0)
+    assert not torch.equal(c.keys, s.keys)
+    o1, _ = ovq_attention(q, k, v, beta, p, initial_state=s)
+    o2, _ = ovq_attention(q, k, v, beta, p, initial_state=s2)
+    assert torch.equal(o1, o2)
+    assert empty_ovq_state(1, 2, 4, 4, 4).nbytes == 2 * 4 * 9 * 4
