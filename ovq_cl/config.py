@@ -54,6 +54,7 @@ class ModelConfig:
     layers: List[str] = field(default_factory=lambda: ["ovq"])
     mlp_ratio: float = 4.0
     tie_embeddings: bool = True
+    token_shift: bool = True           # mixer input mixes in the previous token (see model.Block)
     ovq: OVQConfig = field(default_factory=OVQConfig)
     full: FullAttentionConfig = field(default_factory=FullAttentionConfig)
     linear: LinearAttentionConfig = field(default_factory=LinearAttentionConfig)

@@ -1,11 +1,12 @@
 """A small decoder-only LM whose blocks take any registered mixer (and hybrids of them).
 
 ``logits, states = model(tokens, states=None)``: tokens [B, T] int64 -> logits [B, T, V], and one
-mixer state per block. Passing ``states`` back continues every lane where it stopped.
+``BlockState`` per block (its mixer's state and its token-shift input). Passing ``states`` back continues every lane where it stopped.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -14,7 +15,7 @@ from ovq_cl.config import ModelConfig, model_config
 from ovq_cl.layers import Mixer, build_mixer
 from ovq_cl.state import MixerState
 
-States = List[Optional[MixerState]]
+States = List[Optional["BlockState"]]
 
 
 class MLP(nn.Module):
@@ -28,20 +29,58 @@ class MLP(nn.Module):
         return self.down(torch.nn.functional.gelu(self.up(x)))
 
 
-class Block(nn.Module):
-    """Pre-norm block: x + mixer(norm(x)), then x + mlp(norm(x))."""
+@dataclasses.dataclass
+class BlockState(MixerState):
+    """One block's state: its mixer's state, and the last normalised input (the token shift).
 
-    def __init__(self, mixer: Mixer, d_model: int, mlp_ratio: float) -> None:
+    mixer: the mixer's own state (OVQState, KVCacheState, ...).
+    shift: [B, 1, d_model], or None when the block has no token shift.
+    """
+
+    mixer: MixerState
+    shift: Optional[torch.Tensor] = None
+
+    @classmethod
+    def from_state_dict(cls, d, mixer_state_type=None):  # type: ignore[override]
+        if mixer_state_type is None:
+            raise ValueError("BlockState.from_state_dict needs the mixer's state type")
+        inner = {k[len("mixer."):]: v for k, v in d.items() if k.startswith("mixer.")}
+        unknown = set(d) - {f"mixer.{k}" for k in inner} - {"shift"}
+        if unknown:
+            raise ValueError(f"BlockState: unknown keys in state dict: {sorted(unknown)}")
+        return cls(mixer=mixer_state_type.from_state_dict(inner), shift=d.get("shift"))
+
+
+class Block(nn.Module):
+    """Pre-norm block: x + mixer(shift(norm(x))), then x + mlp(norm(x)).
+
+    The token shift (ours, as in RWKV) feeds the mixer ``h_t + mu * (h_{t-1} - h_t)`` with a
+    learnable per-channel ``mu``: the previous token reaches the q/k/v projections, which lets a
+    single mixer layer bind a value to the key before it (associative recall is learned in a few
+    hundred steps instead of a long plateau). Every mixer gets the same shift, so it stays fair.
+    """
+
+    def __init__(self, mixer: Mixer, d_model: int, mlp_ratio: float, token_shift: bool = True) -> None:
         super().__init__()
         self.norm1 = nn.RMSNorm(d_model)
         self.mixer = mixer
         self.norm2 = nn.RMSNorm(d_model)
         self.mlp = MLP(d_model, mlp_ratio)
+        self.shift_mu = nn.Parameter(torch.full((d_model,), 0.5)) if token_shift else None
 
-    def forward(self, x: torch.Tensor, state: Optional[MixerState]) -> Tuple[torch.Tensor, MixerState]:
-        h, state = self.mixer(self.norm1(x), state)
-        x = x + h
-        return x + self.mlp(self.norm2(x)), state
+    def forward(self, x: torch.Tensor, state: Optional[BlockState]) -> Tuple[torch.Tensor, BlockState]:
+        if state is not None and not isinstance(state, BlockState):
+            raise ValueError(f"Block: state must be BlockState or None, got {type(state).__name__}")
+        h = self.norm1(x)
+        shift = None
+        if self.shift_mu is not None:
+            prev = h.new_zeros(h.shape[0], 1, h.shape[2]) if state is None or state.shift is None else state.shift.detach()
+            shifted = torch.cat([prev, h[:, :-1]], dim=1)
+            shift = h[:, -1:]
+            h = h + self.shift_mu * (shifted - h)
+        y, mixer_state = self.mixer(h, None if state is None else state.mixer)
+        x = x + y
+        return x + self.mlp(self.norm2(x)), BlockState(mixer=mixer_state, shift=shift)
 
 
 class DecoderLM(nn.Module):
@@ -58,7 +97,10 @@ class DecoderLM(nn.Module):
         self.layer_kinds = config.layer_kinds()
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(
-            Block(build_mixer(kind, config.d_model, config.n_heads, config.mixer_options(kind)), config.d_model, config.mlp_ratio)
+            Block(
+                build_mixer(kind, config.d_model, config.n_heads, config.mixer_options(kind)),
+                config.d_model, config.mlp_ratio, config.token_shift,
+            )
             for kind in self.layer_kinds
         )
         self.norm = nn.RMSNorm(config.d_model)
@@ -113,7 +155,14 @@ class DecoderLM(nn.Module):
     def state_nbytes(self, seq_len: int, batch_size: int = 1) -> List[int]:
         """Bytes of each block's state after seq_len tokens (states are kept in >= float32)."""
         dtype = torch.promote_types(self.embed.weight.dtype, torch.float32)
-        return [m.state_nbytes(seq_len, batch_size, dtype) for m in self.mixers]
+        shift = batch_size * self.config.d_model * self.embed.weight.element_size() if self.config.token_shift else 0
+        return [m.state_nbytes(seq_len, batch_size, dtype) + shift for m in self.mixers]
+
+    def states_from_state_dicts(self, dicts: Sequence[Dict[str, torch.Tensor]]) -> States:
+        """The inverse of ``[s.state_dict() for s in states]``."""
+        if len(dicts) != len(self.blocks):
+            raise ValueError(f"DecoderLM: got {len(dicts)} state dicts for {len(self.blocks)} blocks")
+        return [BlockState.from_state_dict(d, m.state_type) for d, m in zip(dicts, self.mixers)]
 
 
 def _merge(base, overrides):

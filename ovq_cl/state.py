@@ -29,6 +29,8 @@ class MixerState:
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor):
                 changes[f.name] = fn(value)
+            elif isinstance(value, MixerState):
+                changes[f.name] = value._map(fn)
         return dataclasses.replace(self, **changes)
 
     def detach(self: S) -> S:
@@ -57,6 +59,8 @@ class MixerState:
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor):
                 total += value.numel() * value.element_size()
+            elif isinstance(value, MixerState):
+                total += value.nbytes
         return total
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
@@ -67,6 +71,8 @@ class MixerState:
                 continue
             if isinstance(value, torch.Tensor):
                 out[f.name] = value.detach().clone()
+            elif isinstance(value, MixerState):
+                out.update({f"{f.name}.{k}": t for k, t in value.state_dict().items()})
             elif isinstance(value, (bool, int)):
                 out[f.name] = torch.tensor(int(value), dtype=torch.int64)
             else:

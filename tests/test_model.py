@@ -16,13 +16,29 @@ def test_split_calls_equal_one_call(layers):
     tokens = torch.randint(0, 31, (2, 21))
     logits, states = model(tokens)
     assert logits.shape == (2, 21, 31)
-    assert [type(s).__name__ for s in states] == [type(m).state_type.__name__ for m in model.mixers]
+    assert [type(s.mixer).__name__ for s in states] == [m.state_type.__name__ for m in model.mixers]
     parts, s = [], None
     for a, b in [(0, 8), (8, 9), (9, 21)]:
         out, s = model(tokens[:, a:b], s)
         parts.append(out)
     assert rel_err(torch.cat(parts, 1), logits) < 1e-10
     assert [x.nbytes for x in s] == model.state_nbytes(21, batch_size=2)
+    restored = model.states_from_state_dicts([x.state_dict() for x in s])
+    more = torch.randint(0, 31, (2, 5))
+    assert torch.equal(model(more, restored)[0], model(more, s)[0])
+
+
+@pytest.mark.parametrize("token_shift", [True, False])
+def test_token_by_token_equals_one_call_with_and_without_shift(token_shift):
+    model = DecoderLM(model_config({**SMALL, "layers": ["ovq", "full"], "token_shift": token_shift})).double()
+    tokens = torch.randint(0, 31, (2, 11))
+    logits, _ = model(tokens)
+    parts, s = [], None
+    for t in range(11):
+        out, s = model(tokens[:, t:t + 1], s)
+        parts.append(out)
+    assert rel_err(torch.cat(parts, 1), logits) < 1e-10
+    assert (s[0].shift is not None) == token_shift
 
 
 def test_layer_pattern_repeats_and_must_divide():

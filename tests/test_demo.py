@@ -1,0 +1,20 @@
+"""The demo runs end to end through the CLI and reports every mixer."""
+import pytest
+
+from experiments.cli import main
+
+
+def test_demo_cli_prints_a_row_per_mixer(capsys):
+    assert main(["demo", "--steps", "3", "--mixers", "ovq,linear", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.strip().split()[:1] in (["ovq"], ["linear"])]
+    assert [r[0] for r in rows] == ["ovq", "linear"]
+    for r in rows:
+        assert 0.0 <= float(r[3]) <= 1.0                      # recall accuracy
+        assert all(int(b) > 0 for b in r[4].split("/"))        # state bytes per layer
+
+
+def test_demo_cli_rejects_unknown_mixer(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--mixers", "ovq,hyena"])
+    assert "unknown mixer" in capsys.readouterr().err
