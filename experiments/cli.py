@@ -14,6 +14,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     demo.add_argument("--steps", type=int, default=None)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-progress", action="store_true")
+    sizes = sub.add_parser("state-sizes", help="print every mixer's state bytes per layer and lane against T")
+    sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
+    sizes.add_argument("--d-model", type=int, default=256)
+    sizes.add_argument("--heads", type=int, default=4)
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -22,8 +26,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         cfg = DemoConfig(seed=args.seed)
         if args.mixers:
+            from experiments.demo import layer_pattern
+
             cfg.mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
-            unknown = [m for m in cfg.mixers if m not in MIXERS]
+            unknown = [p for m in cfg.mixers for p in layer_pattern(m) if p not in MIXERS]
             if unknown:
                 parser.error(f"unknown mixer(s) {unknown}; known: {sorted(MIXERS)}")
         if args.steps is not None:
@@ -31,6 +37,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 parser.error("--steps must be >= 1")
             cfg.steps = args.steps
         run_demo(cfg, progress=not args.no_progress)
+    elif args.command == "state-sizes":
+        from experiments.state_sizes import state_size_table
+
+        lengths = [int(t) for t in args.lengths.split(",") if t.strip()]
+        print(state_size_table(lengths, d_model=args.d_model, n_heads=args.heads))
     return 0
 
 

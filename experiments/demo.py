@@ -16,7 +16,7 @@ from tqdm import tqdm
 from ovq_cl import DecoderLM, model_config
 from streams.recall import IGNORE, RecallSpec, recall_batch
 
-DEFAULT_MIXERS = ["ovq", "full", "linear"]
+DEFAULT_MIXERS = ["ovq", "vq", "full", "swa", "linear", "delta", "swa+ovq"]
 
 
 @dataclass
@@ -41,7 +41,12 @@ class DemoConfig:
     n_layers: int = 2
     n_heads: int = 4
     task: RecallSpec = field(default_factory=RecallSpec)
-    mixer_options: Dict[str, dict] = field(default_factory=lambda: {"ovq": {"num_slots": 32, "chunk_size": 8}})
+    mixer_options: Dict[str, dict] = field(default_factory=lambda: {
+        "ovq": {"num_slots": 32, "chunk_size": 8},
+        "vq": {"codebook_size": 32, "chunk_size": 8},
+        "swa": {"window": 16},
+        "delta": {"chunk_size": 16},
+    })
 
 
 def masked_loss_and_hits(logits: torch.Tensor, labels: torch.Tensor):
@@ -53,11 +58,18 @@ def masked_loss_and_hits(logits: torch.Tensor, labels: torch.Tensor):
     return loss, hits, int(scored.sum())
 
 
+def layer_pattern(kind: str) -> List[str]:
+    """"swa+ovq" -> ["swa", "ovq"] (a hybrid pattern repeated over the layers); "ovq" -> ["ovq"]."""
+    return [part.strip() for part in kind.split("+") if part.strip()]
+
+
 def train_one(kind: str, cfg: DemoConfig, progress: bool = True) -> DemoResult:
     torch.manual_seed(cfg.seed)
+    pattern = layer_pattern(kind)
     mcfg = {
         "vocab_size": cfg.task.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
-        "n_heads": cfg.n_heads, "layers": [kind], **({kind: cfg.mixer_options[kind]} if kind in cfg.mixer_options else {}),
+        "n_heads": cfg.n_heads, "layers": pattern,
+        **{name: opts for name, opts in cfg.mixer_options.items() if name in pattern},
     }
     model = DecoderLM(model_config(mcfg))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
@@ -68,6 +80,7 @@ def train_one(kind: str, cfg: DemoConfig, progress: bool = True) -> DemoResult:
         x, y = recall_batch(cfg.task, cfg.batch_size, data_gen)
         logits, _ = model(x)
         loss, _, _ = masked_loss_and_hits(logits, y)
+        loss = loss + model.aux_loss()
         if not torch.isfinite(loss):
             raise FloatingPointError(f"demo: non-finite loss for mixer {kind!r}")
         opt.zero_grad(set_to_none=True)
@@ -94,7 +107,7 @@ def format_table(results: List[DemoResult], seq_len: int) -> str:
     rows = [head, "-" * len(head)]
     for r in results:
         rows.append(
-            f"{r.mixer:>8} {r.params:>8d} {r.final_loss:>10.3f} {r.accuracy:>10.3f} "
+            f"{r.mixer:>8.8} {r.params:>8d} {r.final_loss:>10.3f} {r.accuracy:>10.3f} "
             f"{'/'.join(str(b) for b in r.state_bytes):>26} {r.tokens_per_s:>11.0f}"
         )
     return "\n".join(rows)

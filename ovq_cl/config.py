@@ -46,6 +46,33 @@ class LinearAttentionConfig:
 
 
 @dataclass
+class VQAttentionConfig:
+    head_dim: Optional[int] = None
+    codebook_size: int = 256
+    chunk_size: int = 32
+    beta_init: float = 8.0
+    learn_beta: bool = True
+    ema_decay: float = 0.99
+    commitment_weight: float = 1e-4
+    state_grad: str = "full"           # full | detach
+
+
+@dataclass
+class GatedDeltaNetConfig:
+    head_dim: Optional[int] = None
+    chunk_size: int = 64
+    backend: str = "auto"              # auto | naive | recurrent | fla
+
+
+@dataclass
+class SlidingWindowConfig:
+    head_dim: Optional[int] = None
+    window: int = 64
+    rope: bool = True
+    rope_base: float = 10000.0
+
+
+@dataclass
 class ModelConfig:
     vocab_size: int = 64
     d_model: int = 64
@@ -58,6 +85,9 @@ class ModelConfig:
     ovq: OVQConfig = field(default_factory=OVQConfig)
     full: FullAttentionConfig = field(default_factory=FullAttentionConfig)
     linear: LinearAttentionConfig = field(default_factory=LinearAttentionConfig)
+    vq: VQAttentionConfig = field(default_factory=VQAttentionConfig)
+    delta: GatedDeltaNetConfig = field(default_factory=GatedDeltaNetConfig)
+    swa: SlidingWindowConfig = field(default_factory=SlidingWindowConfig)
 
     def layer_kinds(self) -> List[str]:
         """The mixer name of every block: ``layers`` itself, or repeated if it divides n_layers."""

@@ -152,6 +152,15 @@ class DecoderLM(nn.Module):
             new_states.append(state)
         return x, new_states
 
+    def aux_loss(self) -> torch.Tensor:
+        """Sum of the mixers' auxiliary losses from the last forward (VQ's commitment loss); 0 if none."""
+        total = self.embed.weight.new_zeros(())
+        for mixer in self.mixers:
+            aux = getattr(mixer, "aux_loss", None)
+            if aux is not None:
+                total = total + aux
+        return total
+
     def state_nbytes(self, seq_len: int, batch_size: int = 1) -> List[int]:
         """Bytes of each block's state after seq_len tokens (states are kept in >= float32)."""
         dtype = torch.promote_types(self.embed.weight.dtype, torch.float32)

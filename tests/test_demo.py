@@ -18,3 +18,13 @@ def test_demo_cli_rejects_unknown_mixer(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--mixers", "ovq,hyena"])
     assert "unknown mixer" in capsys.readouterr().err
+
+
+def test_state_sizes_cli_lists_every_mixer_and_only_full_attention_grows(capsys):
+    from ovq_cl.layers import MIXERS
+
+    assert main(["state-sizes", "--lengths", "1024,16384"]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[3:]}
+    assert set(rows) == set(MIXERS)
+    for name, (short, long) in rows.items():
+        assert (int(long.replace(",", "")) > int(short.replace(",", ""))) == (name == "full")

@@ -14,12 +14,16 @@ OPTIONS = {
     "ovq": {"num_slots": 6, "chunk_size": 5},
     "full": {},
     "linear": {"chunk_size": 7},
+    "vq": {"codebook_size": 6, "chunk_size": 5},
+    "delta": {"chunk_size": 6},
+    "swa": {"window": 6},
 }
 
 
 def make(kind, dtype=torch.float64):
+    """A mixer in eval mode (VQ's codebook moves in training mode, see test_vq.py)."""
     torch.manual_seed(1)
-    return build_mixer(kind, D_MODEL, HEADS, OPTIONS.get(kind, {})).to(dtype)
+    return build_mixer(kind, D_MODEL, HEADS, OPTIONS.get(kind, {})).to(dtype).eval()
 
 
 def run_split(mixer, x, cuts):
@@ -37,7 +41,7 @@ def kind(request):
 
 
 def test_every_registered_mixer_is_covered():
-    assert set(MIXERS) <= set(OPTIONS) | {"vq", "delta", "swa"}
+    assert set(MIXERS) == set(OPTIONS)
 
 
 def test_one_call_equals_token_by_token_and_split_calls(kind):
@@ -75,7 +79,7 @@ def test_state_nbytes_matches_the_state_and_scales_as_designed(kind):
         assert state.nbytes == mixer.state_nbytes(T, batch_size=2)
         sizes[T] = mixer.state_nbytes(T * 100, batch_size=2)
     grows = kind == "full"
-    assert (sizes[64] > sizes[20]) == grows
+    assert (sizes[64] > sizes[20]) == grows      # only full attention's state grows with T
 
 
 def test_state_save_load_and_eval_from_a_copy(kind, tmp_path):
@@ -94,7 +98,7 @@ def test_state_save_load_and_eval_from_a_copy(kind, tmp_path):
 
 
 def test_gradients_finite_and_reach_every_parameter(kind):
-    mixer = make(kind, torch.float32)
+    mixer = make(kind, torch.float32).train()
     x = torch.randn(2, 40, D_MODEL, requires_grad=True)
     y, _ = mixer(x)
     y.square().mean().backward()
@@ -154,3 +158,16 @@ def test_sliding_window_softmax_attention_masks_old_tokens():
     s = (q[0, t] * k[0, t - 3: t + 1]).sum(-1) / 8 ** 0.5                 # [4, H]
     ref = torch.einsum("sh,shd->hd", s.softmax(0), v[0, t - 3: t + 1])
     assert rel_err(o[0, t], ref) < 1e-12
+
+
+def test_sliding_window_equals_full_attention_within_the_window_and_stops_growing():
+    torch.manual_seed(3)
+    full = build_mixer("full", D_MODEL, HEADS).double()
+    swa = build_mixer("swa", D_MODEL, HEADS, {"window": 16}).double()
+    swa.load_state_dict(full.state_dict())
+    x = torch.randn(1, 40, D_MODEL, dtype=torch.float64)
+    y_full, _ = full(x)
+    y_swa, state = swa(x)
+    assert rel_err(y_swa[:, :16], y_full[:, :16]) < 1e-12
+    assert rel_err(y_swa[:, 16:], y_full[:, 16:]) > 1e-6
+    assert state.keys.shape[2] == 15 and swa.state_nbytes(10**6) == swa.state_nbytes(16)

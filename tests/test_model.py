@@ -6,13 +6,19 @@ from ovq_cl import DecoderLM, model_config
 
 from conftest import rel_err
 
-SMALL = {"vocab_size": 31, "d_model": 24, "n_heads": 3, "ovq": {"num_slots": 6, "chunk_size": 4}}
+SMALL = {
+    "vocab_size": 31, "d_model": 24, "n_heads": 3, "ovq": {"num_slots": 6, "chunk_size": 4},
+    "vq": {"codebook_size": 5, "chunk_size": 4}, "swa": {"window": 5}, "delta": {"chunk_size": 4},
+}
 
 
-@pytest.mark.parametrize("layers", [["ovq"], ["full"], ["linear"], ["full", "ovq"], ["linear", "ovq", "full"]])
+@pytest.mark.parametrize("layers", [
+    ["ovq"], ["full"], ["linear"], ["vq"], ["delta"], ["swa"], ["full", "ovq"], ["linear", "ovq", "full"],
+    ["swa", "ovq", "delta"], ["vq", "swa", "linear"],
+])
 def test_split_calls_equal_one_call(layers):
     cfg = model_config({**SMALL, "layers": layers, "n_layers": 3 if len(layers) == 3 else 2})
-    model = DecoderLM(cfg).double()
+    model = DecoderLM(cfg).double().eval()
     tokens = torch.randint(0, 31, (2, 21))
     logits, states = model(tokens)
     assert logits.shape == (2, 21, 31)
@@ -39,6 +45,20 @@ def test_token_by_token_equals_one_call_with_and_without_shift(token_shift):
         parts.append(out)
     assert rel_err(torch.cat(parts, 1), logits) < 1e-10
     assert (s[0].shift is not None) == token_shift
+
+
+def test_hybrid_swa_ovq_pattern_as_in_the_paper():
+    model = DecoderLM(model_config({**SMALL, "layers": ["swa", "ovq"], "n_layers": 4}))
+    assert [type(m).__name__ for m in model.mixers] == ["SlidingWindowAttention", "OVQAttention"] * 2
+    assert model.mixers[0].rope and not hasattr(model.mixers[1], "rope")   # position lives in the SWA layers
+
+
+def test_aux_loss_collects_vq_commitment():
+    model = DecoderLM(model_config({**SMALL, "layers": ["vq", "ovq"]}))
+    model(torch.randint(0, 31, (2, 9)))
+    aux = model.aux_loss()
+    assert aux.requires_grad and float(aux.detach()) > 0
+    assert float(DecoderLM(model_config({**SMALL, "layers": ["ovq"]})).aux_loss()) == 0.0
 
 
 def test_layer_pattern_repeats_and_must_divide():

@@ -4,9 +4,11 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Type
 
 from ovq_cl.layers.base import Mixer
+from ovq_cl.layers.delta import GatedDeltaNet
 from ovq_cl.layers.linear import LinearAttention
 from ovq_cl.layers.ovq import OVQAttention
-from ovq_cl.layers.softmax import SoftmaxAttention
+from ovq_cl.layers.softmax import SlidingWindowAttention, SoftmaxAttention
+from ovq_cl.layers.vq import VQAttention
 
 MIXERS: Dict[str, Type[Mixer]] = {}
 
@@ -29,5 +31,11 @@ def build_mixer(name: str, d_model: int, n_heads: int, options: Optional[Mapping
 register_mixer("ovq", OVQAttention)
 register_mixer("full", SoftmaxAttention)
 register_mixer("linear", LinearAttention)
+register_mixer("vq", VQAttention)
+register_mixer("delta", GatedDeltaNet)
+register_mixer("swa", SlidingWindowAttention)
 
-__all__ = ["MIXERS", "Mixer", "LinearAttention", "OVQAttention", "SoftmaxAttention", "build_mixer", "register_mixer"]
+__all__ = [
+    "MIXERS", "GatedDeltaNet", "LinearAttention", "Mixer", "OVQAttention", "SlidingWindowAttention",
+    "SoftmaxAttention", "VQAttention", "build_mixer", "register_mixer",
+]

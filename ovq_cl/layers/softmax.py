@@ -49,3 +49,16 @@ class SoftmaxAttention(Mixer):
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         kept = seq_len if self.window is None else min(seq_len, self.window - 1)
         return batch_size * self.n_heads * kept * 2 * self.head_dim * elem_size(dtype)
+
+
+class SlidingWindowAttention(SoftmaxAttention):
+    """Causal attention over the last ``window`` tokens (the current one included); its state is the
+    last ``window - 1`` keys and values, so it stops growing at T = window."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, window: int = 64,
+        rope: bool = True, rope_base: float = 10000.0,
+    ) -> None:
+        if window is None or window < 1:
+            raise ValueError(f"SlidingWindowAttention: window must be >= 1, got {window}")
+        super().__init__(d_model, n_heads, head_dim, rope=rope, rope_base=rope_base, window=window)

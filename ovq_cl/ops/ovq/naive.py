@@ -21,9 +21,9 @@ import math
 from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 
 from ovq_cl.ops.common import check_head_vector, check_qkv, check_state_shape, compute_dtype, l2norm
+from ovq_cl.ops.dictionary import dictionary_chunk_read, scatter_mean_update
 from ovq_cl.state import MixerState
 
 GROWTH_KINDS = ("plateau", "linear")
@@ -130,36 +130,6 @@ def growth_target(t: int, params: OVQParams) -> int:
     return min(params.num_slots, int(math.ceil(growth_curve(t, params) - 1e-9)))
 
 
-# ------------------------------------------------------------------------------------------- read
-
-def dictionary_chunk_read(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-    dict_keys: torch.Tensor, dict_values: torch.Tensor, log_counts: torch.Tensor,
-    beta: torch.Tensor, q_offset: int = 0,
-) -> torch.Tensor:
-    """One softmax over [dictionary | causal chunk], shared by OVQ and VQ attention.
-
-    q: [B, H, Lq, Dk] queries at chunk positions q_offset .. q_offset + Lq - 1.
-    k, v: [B, H, Lc, Dk], [B, H, Lc, Dv] the chunk's own keys and values (count 1 each).
-    dict_keys, dict_values: [B, H, n, Dk], [B, H, n, Dv] (n may be 0).
-    log_counts: [B, H, n] log of the counts (finite: callers pass active slots only).
-    beta: [H] inverse temperature.
-    Returns [B, H, Lq, Dv].
-    """
-    b = beta.view(1, -1, 1, 1).to(q.dtype)
-    n = dict_keys.shape[2]
-    s_loc = b * (q @ k.transpose(-1, -2))
-    lq, lc = q.shape[2], k.shape[2]
-    rows = torch.arange(lq, device=q.device).unsqueeze(1) + q_offset
-    cols = torch.arange(lc, device=q.device).unsqueeze(0)
-    s_loc = s_loc.masked_fill(cols > rows, float("-inf"))
-    if n == 0:
-        return torch.softmax(s_loc, dim=-1) @ v
-    s_dict = b * (q @ dict_keys.transpose(-1, -2)) + log_counts.unsqueeze(-2)
-    p = torch.softmax(torch.cat([s_dict, s_loc], dim=-1), dim=-1)
-    return p[..., :n] @ dict_values + p[..., n:] @ v
-
-
 # ------------------------------------------------------------------------------------- the update
 
 def spread_init_select(k: torch.Tensor, dict_keys: torch.Tensor, m: int) -> torch.Tensor:
@@ -201,18 +171,9 @@ def kmeans_merge(
     ``D_v[n] <- (c_n D_v[n] + sum v_i) / (c_n + m_n)`` (the Newton step on the mixture NLL),
     ``D_k[n] <- normalise(c_n D_k[n] + sum k_i)``, ``c_n <- c_n + m_n``.
     """
-    bsz, heads, n_slots, dk = keys.shape
-    dv = values.shape[-1]
-    idx = slot.unsqueeze(-1)
-    sum_k = k.new_zeros(bsz, heads, n_slots + 1, dk).scatter_add(2, idx.expand(-1, -1, -1, dk), k)
-    sum_v = v.new_zeros(bsz, heads, n_slots + 1, dv).scatter_add(2, idx.expand(-1, -1, -1, dv), v)
-    hits = counts.new_zeros(bsz, heads, n_slots + 1).scatter_add(2, slot, torch.ones_like(slot, dtype=counts.dtype))
-    sum_k, sum_v, hits = sum_k[:, :, :n_slots], sum_v[:, :, :n_slots], hits[:, :, :n_slots]
-    new_counts = counts + hits
-    touched = (hits > 0).unsqueeze(-1)
-    c = counts.unsqueeze(-1)
-    new_keys = torch.where(touched, l2norm(c * keys + sum_k), keys)
-    new_values = torch.where(touched, (c * values + sum_v) / new_counts.unsqueeze(-1).clamp_min(1.0), values)
+    new_values, new_counts, sum_k = scatter_mean_update(values, counts, slot, v, also_sum=k)
+    touched = (new_counts > counts).unsqueeze(-1)
+    new_keys = torch.where(touched, l2norm(counts.unsqueeze(-1) * keys + sum_k), keys)
     return new_keys, new_values, new_counts
 
 

@@ -1,0 +1,76 @@
+"""Gated DeltaNet layer: the delta rule with a data-dependent decay, state = one [Dk, Dv] matrix per head."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ovq_cl.layers.base import Mixer, elem_size
+from ovq_cl.ops.common import l2norm
+from ovq_cl.ops.delta import BACKENDS, gated_delta_rule
+from ovq_cl.state import MixerState
+
+
+@dataclasses.dataclass
+class DeltaState(MixerState):
+    """S: [B, H, Dk, Dv] the fast-weight matrix; seen: tokens absorbed."""
+
+    S: torch.Tensor
+    seen: int = 0
+
+
+class GatedDeltaNet(Mixer):
+    """Gated DeltaNet (Yang et al. 2024) as in flash-linear-attention's layer, minus the short
+    convolution (the LM's token shift plays that role for every mixer alike).
+
+    q, k are L2-normalised; ``beta = sigmoid(W_b x)``; ``g = -exp(A_log) softplus(W_a x + dt_bias)``
+    (Mamba-2 style decay); the output is RMS-normalised per head and gated by ``silu(W_g x)``.
+    """
+
+    state_type = DeltaState
+
+    def __init__(
+        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, chunk_size: int = 64,
+        backend: str = "auto",
+    ) -> None:
+        super().__init__(d_model, n_heads, head_dim)
+        if chunk_size < 1:
+            raise ValueError(f"GatedDeltaNet: chunk_size must be >= 1, got {chunk_size}")
+        if backend not in BACKENDS:
+            raise ValueError(f"GatedDeltaNet: backend must be one of {BACKENDS}, got {backend!r}")
+        inner = n_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, inner, bias=False)
+        self.k_proj = nn.Linear(d_model, inner, bias=False)
+        self.v_proj = nn.Linear(d_model, inner, bias=False)
+        self.g_proj = nn.Linear(d_model, inner, bias=False)
+        self.b_proj = nn.Linear(d_model, n_heads, bias=True)
+        self.a_proj = nn.Linear(d_model, n_heads, bias=False)
+        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+        self.A_log = nn.Parameter(torch.empty(n_heads).uniform_(1, 16).log())
+        dt = torch.exp(torch.rand(n_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))   # softplus^-1(dt)
+        self.chunk_size, self.backend = chunk_size, backend
+
+    def forward(self, x: torch.Tensor, state: Optional[DeltaState] = None) -> Tuple[torch.Tensor, DeltaState]:
+        """x: [B, T, d_model] -> y [B, T, d_model], state."""
+        self.check_input(x, state)
+        B, T, _ = x.shape
+        shape = (B, T, self.n_heads, self.head_dim)
+        q = l2norm(self.q_proj(x).view(shape))
+        k = l2norm(self.k_proj(x).view(shape))
+        v = self.v_proj(x).view(shape)
+        beta = torch.sigmoid(self.b_proj(x))                                         # [B, T, H]
+        g = -self.A_log.exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)   # [B, T, H], log decay
+        S0 = None if state is None else state.S.detach()
+        o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, chunk_size=self.chunk_size, backend=self.backend)
+        o = self.o_norm(o) * F.silu(self.g_proj(x).view(shape))
+        seen = 0 if state is None else state.seen
+        return self.o_proj(o.reshape(B, T, -1)), DeltaState(S=S, seen=seen + T)
+
+    def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
+        return batch_size * self.n_heads * self.head_dim * self.head_dim * elem_size(dtype)

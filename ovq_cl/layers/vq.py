@@ -1,0 +1,97 @@
+"""VQAttention (Lingle 2023): OVQ's read over a static, globally learned key codebook."""
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ovq_cl.layers.base import Mixer, elem_size
+from ovq_cl.ops.common import l2norm
+from ovq_cl.ops.vq import VQState, quantize, vq_attention
+
+
+class VQAttention(Mixer):
+    """Transformer-VQ style attention, sharing OVQ's normalisation, beta and read.
+
+    The codebook [H, S, Dk] (unit rows) is a buffer trained by EMA k-means on the normalised keys
+    (decay ``ema_decay``) in training mode, and fixed in eval mode. Keys are quantised with a
+    straight-through estimator; the commitment loss ``commitment_weight * |k - sg(k_hat)|^2`` of the
+    last call is left in ``self.aux_loss`` for the model's loss. Per lane, only counts and mean
+    values per code (plus the previous block as tokens) are kept.
+    """
+
+    state_type = VQState
+
+    def __init__(
+        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, codebook_size: int = 256,
+        chunk_size: int = 32, beta_init: float = 8.0, learn_beta: bool = True, ema_decay: float = 0.99,
+        commitment_weight: float = 1e-4, state_grad: str = "full",
+    ) -> None:
+        super().__init__(d_model, n_heads, head_dim)
+        if codebook_size < 1:
+            raise ValueError(f"VQAttention: codebook_size must be >= 1, got {codebook_size}")
+        if chunk_size < 1:
+            raise ValueError(f"VQAttention: chunk_size must be >= 1, got {chunk_size}")
+        if not 0.0 <= ema_decay < 1.0:
+            raise ValueError(f"VQAttention: ema_decay must be in [0, 1), got {ema_decay}")
+        if not beta_init > 0:
+            raise ValueError(f"VQAttention: beta_init must be > 0, got {beta_init}")
+        inner = n_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, inner, bias=False)
+        self.k_proj = nn.Linear(d_model, inner, bias=False)
+        self.v_proj = nn.Linear(d_model, inner, bias=False)
+        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.log_beta = nn.Parameter(torch.full((n_heads,), math.log(beta_init)), requires_grad=learn_beta)
+        codebook = l2norm(torch.randn(n_heads, codebook_size, self.head_dim))
+        self.register_buffer("codebook", codebook)
+        self.register_buffer("ema_counts", torch.ones(n_heads, codebook_size))
+        self.register_buffer("ema_sums", codebook.clone())
+        self.chunk_size, self.ema_decay, self.commitment_weight, self.state_grad = chunk_size, ema_decay, commitment_weight, state_grad
+        self.aux_loss: Optional[torch.Tensor] = None
+
+    def forward(self, x: torch.Tensor, state: Optional[VQState] = None) -> Tuple[torch.Tensor, VQState]:
+        """x: [B, T, d_model] -> y [B, T, d_model], state."""
+        self.check_input(x, state)
+        B, T, _ = x.shape
+        shape = (B, T, self.n_heads, self.head_dim)
+        q = l2norm(self.q_proj(x).view(shape))
+        k = l2norm(self.k_proj(x).view(shape))
+        v = self.v_proj(x).view(shape)
+        k_hat, codes = quantize(k, self.codebook)
+        self.aux_loss = self.commitment_weight * (k - k_hat.detach()).pow(2).sum(-1).mean()
+        k_st = k + (k_hat - k).detach()
+        o, state = vq_attention(
+            q, k_st, v, codes, self.log_beta.exp(), self.codebook, self.chunk_size, self.state_grad, initial_state=state
+        )
+        if self.training:
+            self._ema_update(k.detach(), codes)
+        return self.o_proj(o.reshape(B, T, -1)), state
+
+    @torch.no_grad()
+    def _ema_update(self, k: torch.Tensor, codes: torch.Tensor) -> None:
+        """EMA k-means on the unit sphere: running counts and sums per code, codebook = normalised means."""
+        H, S, D = self.codebook.shape
+        flat_codes = codes.permute(2, 0, 1).reshape(H, -1)                  # [H, B*T]
+        flat_k = k.permute(2, 0, 1, 3).reshape(H, -1, D).to(self.ema_sums.dtype)
+        counts = torch.zeros(H, S, device=k.device, dtype=self.ema_counts.dtype).scatter_add_(
+            1, flat_codes, torch.ones_like(flat_codes, dtype=self.ema_counts.dtype))
+        sums = torch.zeros(H, S, D, device=k.device, dtype=self.ema_sums.dtype).scatter_add_(
+            1, flat_codes.unsqueeze(-1).expand(-1, -1, D), flat_k)
+        g = self.ema_decay
+        self.ema_counts.mul_(g).add_(counts, alpha=1 - g)
+        self.ema_sums.mul_(g).add_(sums, alpha=1 - g)
+        self.codebook.copy_(l2norm(self.ema_sums / self.ema_counts.clamp_min(1e-6).unsqueeze(-1)))
+
+    def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
+        S, d, L = self.codebook.shape[1], self.head_dim, self.chunk_size
+        prev = L if seq_len >= L else 0
+        tokens = prev + seq_len % L
+        floats = S * (1 + d) + tokens * 2 * d
+        return batch_size * self.n_heads * (floats * elem_size(dtype) + tokens * 8)
+
+    def state_stats(self, state: Optional[VQState]) -> Dict[str, float]:
+        if state is None:
+            return {"active_slots": 0.0}
+        return {"active_slots": float((state.counts > 0).sum(-1).float().mean())}
