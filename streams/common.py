@@ -1,0 +1,157 @@
+"""What every stream shares: seeding, config validation, per-index episode datasets, the Avalanche glue.
+
+A stream module (``icr``, ``icl``, ``text``) builds a :class:`StreamData`: K training datasets, K test
+datasets, an optional meta-training dataset and a :class:`StreamInfo` (the metadata a runner needs).
+:func:`to_benchmark` turns it into an Avalanche benchmark; it is the only function here that imports
+Avalanche, and it does so lazily, so the generators stay importable (and fast to import, e.g. in a
+subprocess) without it.
+
+Item format (every dataset, every stream)::
+
+    x: [T] int64 tokens            (continuous ICL: [T, d_in] float32 input vectors)
+    y: [T] int64 labels, -100 where nothing is scored; y[t] is what the model must predict AT t
+                                   (continuous ICL: [T, d_out] float32 targets, NaN where not scored)
+
+Inside an Avalanche benchmark each item becomes ``(x, y, t)`` with ``t`` the task label (the
+experience index; 0 for meta-training). All items of one dataset have the same T.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ovq_cl.config import validate
+from streams.recall import IGNORE
+
+# First entropy word of every random stream, so that two streams (or two purposes) with the same
+# seed never share random numbers.
+STREAM_TAGS = {"icr": 1, "icl": 2, "text": 3}
+PURPOSE_TAGS = {"world": 0, "train": 1, "test": 2, "meta": 3, "split": 4}
+
+
+def seeded_rng(stream: str, purpose: str, seed: int, *index: int) -> np.random.Generator:
+    """The numpy Generator of one (stream, purpose, seed, index...) tuple, through ``SeedSequence``.
+
+    A pure function of its arguments: the same tuple gives the same numbers in any process, in any
+    order of calls, and different tuples give independent numbers.
+    """
+    entropy = [STREAM_TAGS[stream], PURPOSE_TAGS[purpose], int(seed), *(int(i) for i in index)]
+    return np.random.default_rng(np.random.SeedSequence(entropy))
+
+
+def load_config(schema: type, user: Any, what: str):
+    """``user`` (dict, DictConfig, dataclass or None) merged onto ``schema``; ``meta_seed`` None -> ``seed``.
+
+    Unknown keys and wrong types raise ValueError naming the key (omegaconf's message). Each stream
+    then checks the sizes and raises ValueError for configs that are well typed but impossible.
+    """
+    cfg = validate(schema, user, what)
+    if getattr(cfg, "meta_seed", 0) is None:
+        cfg = replace(cfg, meta_seed=cfg.seed)
+    return cfg
+
+
+def require(ok: bool, what: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"{what}: {message}")
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """Metadata of a stream, the same for all streams (each stream subclasses it with its own facts).
+
+    metric: "accuracy" (ICR), "mse" (ICL), "bits_per_byte" (text).
+    seq_len / test_seq_len: T of the training (and meta-training) items / of the test items.
+    vocab_size: size of the token vocabulary; None for the continuous ICL encoding.
+    """
+
+    name: str
+    metric: str
+    n_experiences: int
+    seq_len: int
+    test_seq_len: int
+    vocab_size: Optional[int]
+    config: Any
+
+
+@dataclass
+class StreamData:
+    """Everything a stream generates, before Avalanche: ``train[j]``/``test[j]`` are experience j's datasets."""
+
+    train: List[Dataset]
+    test: List[Dataset]
+    meta_train: Optional[Dataset]
+    info: StreamInfo
+
+
+class EpisodeDataset(Dataset):
+    """``n`` episodes, item i = ``fn(*args, i)``, computed on demand.
+
+    Every item is a pure function of its index, so the dataset holds no tensors, any access order
+    (shuffled, by lanes, in workers) gives the same items, and it pickles if ``fn`` is a module-level
+    function and ``args`` pickle.
+    """
+
+    def __init__(self, fn: Callable[..., Tuple[torch.Tensor, torch.Tensor]], args: tuple, n: int):
+        self.fn, self.args, self.n = fn, args, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        if not -self.n <= i < self.n:
+            raise IndexError(f"episode {i} of {self.n}")
+        return self.fn(*self.args, i % self.n)
+
+
+def stack_items(dataset: Dataset) -> Tuple[torch.Tensor, torch.Tensor]:
+    """All items of a dataset, stacked in order: x [N, T, ...], y [N, T, ...] (task labels dropped)."""
+    items = [dataset[i] for i in range(len(dataset))]
+    return torch.stack([it[0] for it in items]), torch.stack([it[1] for it in items])
+
+
+def scored_mask(y: torch.Tensor) -> torch.Tensor:
+    """Bool mask of scored positions: [..., T] for int labels (!= -100) or float targets [..., T, d] (not NaN).
+
+    Select scored positions BEFORE computing a loss on float targets: ``where`` over a NaN target
+    still sends NaN into the gradient.
+    """
+    if y.is_floating_point():
+        return ~torch.isnan(y).any(-1)
+    return y != IGNORE
+
+
+def to_benchmark(data: StreamData):
+    """An Avalanche benchmark (CLScenario) of ``data``: ``train_stream`` and ``test_stream`` of K experiences.
+
+    Experience j carries task label j (``experience.task_label``) and its dataset yields ``(x, y, j)``.
+    The benchmark also gets two attributes: ``info`` (``data.info``) and ``meta_train`` (an
+    AvalancheDataset with task label 0, or None).
+    """
+    import strategies.avalanche_compat  # noqa: F401  (before any avalanche import)
+    from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
+    from avalanche.benchmarks.scenarios.task_aware import with_task_labels
+    from avalanche.benchmarks.utils import ConstantSequence, TaskLabels, make_avalanche_dataset
+
+    def labelled(dataset: Dataset, task: int):
+        return make_avalanche_dataset(dataset, data_attributes=[TaskLabels(ConstantSequence(task, len(dataset)))])
+
+    bench = with_task_labels(
+        benchmark_from_datasets(
+            train=[labelled(d, j) for j, d in enumerate(data.train)],
+            test=[labelled(d, j) for j, d in enumerate(data.test)],
+        )
+    )
+    bench.info = data.info
+    bench.meta_train = None if data.meta_train is None else labelled(data.meta_train, 0)
+    return bench
+
+
+__all__ = [
+    "EpisodeDataset", "IGNORE", "StreamData", "StreamInfo", "load_config", "require",
+    "scored_mask", "seeded_rng", "stack_items", "to_benchmark",
+]

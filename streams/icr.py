@@ -1,0 +1,293 @@
+"""ICR shift: in-context recall of key -> value facts, one fact table per experience.
+
+Vocabulary (``vocab_size = 2 + n_keys + n_values``, the layout of ``streams.recall``)::
+
+    0 PAD, 1 SEP, key tokens 2 .. n_keys + 1, value tokens n_keys + 2 .. n_keys + n_values + 1
+
+**Fact tables.** Experience j owns a table of ``facts_per_experience`` facts whose keys are drawn from
+its key region, a window of the key tokens (``info.regions[j]``): the K windows are disjoint by
+default; ``key_overlap`` > 0 makes consecutive windows share that fraction of their keys (variant
+``basic`` only). In ``basic``, every key has one value for the whole stream, so a key shared by two
+tables is the same fact.
+
+**Training episode** of experience j: ``facts_per_episode`` facts of table j, in random order, then
+SEP, then ``queries_per_episode`` distinct presented keys, each followed by its answer (teacher forced).
+``labels[t]`` is the token to predict at t: the answer at the position of its query, -100 elsewhere::
+
+    tokens: k1 v1 k2 v2 ... kP vP SEP q1 a1 ... qQ aQ [PAD ...]       x: [T] int64
+    labels:  -  -  -  - ...  -  -   -  a1  - ... aQ  - [ -  ...]       y: [T] int64
+
+**Test episode** of experience i: no presentation, ``test_queries`` distinct keys of table i::
+
+    tokens: SEP q1 a1 ... qM aM [PAD ...]
+    labels:  -  a1  - ... aM  - [ -  ...]
+
+**Variant ``positional``** (the answer is the LATEST binding):
+
+- within an episode, ``rebind_within`` of the presented keys are presented twice, first with a stale
+  random value, later with the table's value; every such key is queried, and its answer is the
+  table's value (the binding closest before SEP);
+- across experiences, table j (j >= 1) rebinds ``rebind_across`` keys that table j-1 introduced to new
+  values (``info.rebound[j]``: key -> (old value, new value)); from then on the new value is right.
+
+Evaluation after any experience uses fixed test labels, so a test label must stay right whatever
+comes later: **the test episodes of experience i query only keys that no later table rebinds**
+(``info.test_keys[i]``). A rebound key is tested by the experience that rebinds it, with its new value,
+so R[j][i] on it measures whether the model revised the fact. ``info.bindings_after(j)`` gives the
+latest value of every key after experience j, for metrics that want the whole picture.
+
+**Meta-training** (``meta_train``): episodes of the training layout with fresh random facts from the
+whole key vocabulary every episode (its own random stream, ``meta_seed``), with the same within-episode
+rebinding as the variant.
+
+Default sizes: T = 2 * 8 + 1 + 2 * 4 = 25 (train, meta-train), 1 + 2 * 4 = 9 (test).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from streams.common import EpisodeDataset, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
+from streams.recall import IGNORE, PAD, SEP
+
+VARIANTS = ("basic", "positional")
+_POSITIONAL_DEFAULTS = {"rebind_within": 2, "rebind_across": 4}
+
+
+@dataclass
+class ICRConfig:
+    variant: str = "basic"                # basic | positional
+    n_experiences: int = 4                # K
+    n_keys: int = 64
+    n_values: int = 32
+    key_overlap: float = 0.0              # fraction of a key region shared with the next one (basic)
+    facts_per_experience: int = 12        # size of each fact table
+    facts_per_episode: int = 8            # distinct facts a training episode presents
+    queries_per_episode: int = 4          # distinct presented keys a training episode queries
+    rebind_within: Optional[int] = None   # positional: keys presented twice per episode; None -> 2 (basic: 0)
+    rebind_across: Optional[int] = None   # positional: keys of table j-1 rebound by table j; None -> 4 (basic: 0)
+    train_episodes: int = 32              # per experience
+    test_episodes: int = 8                # per experience
+    test_queries: int = 4                 # distinct keys a test episode queries
+    seq_len: Optional[int] = None         # pad train and test episodes to this T; None -> their exact length
+    meta_train_episodes: int = 1024
+    seed: int = 0
+    meta_seed: Optional[int] = None       # None -> seed (meta-training has its own random stream anyway)
+
+
+@dataclass(frozen=True)
+class ICRInfo(StreamInfo):
+    """StreamInfo plus the facts. Tokens are vocabulary ids (keys and values as they appear in x)."""
+
+    variant: str
+    regions: List[Tuple[int, int]]                # key tokens [lo, hi) of each experience
+    tables: List[Dict[int, int]]                  # table j: key token -> value token
+    test_keys: List[List[int]]                    # the keys the test episodes of experience i query
+    rebound: List[Dict[int, Tuple[int, int]]]     # table j's rebindings: key -> (old value, new value)
+
+    def bindings_after(self, j: int) -> Dict[int, int]:
+        """The latest value of every key of tables 0..j (key token -> value token)."""
+        latest: Dict[int, int] = {}
+        for table in self.tables[: j + 1]:
+            latest.update(table)
+        return latest
+
+    def token_name(self, token: int) -> str:
+        n_keys = self.config.n_keys
+        if token == PAD:
+            return "PAD"
+        if token == SEP:
+            return "SEP"
+        return f"k{token - 2}" if token < 2 + n_keys else f"v{token - 2 - n_keys}"
+
+
+def icr_config(user: Any = None) -> ICRConfig:
+    """The validated ICR config: ``user`` (dict, DictConfig, ICRConfig or None) merged onto the defaults,
+    variant defaults filled in. Raises ValueError for unknown keys, bad types and impossible sizes."""
+    cfg = load_config(ICRConfig, user, "icr config")
+    fill = _POSITIONAL_DEFAULTS if cfg.variant == "positional" else {"rebind_within": 0, "rebind_across": 0}
+    cfg = replace(cfg, **{k: v for k, v in fill.items() if getattr(cfg, k) is None})
+    _check(cfg)
+    return cfg
+
+
+def key_regions(cfg: ICRConfig) -> List[Tuple[int, int]]:
+    """Key tokens [lo, hi) of each experience: K windows of width w, evenly spaced over the key tokens."""
+    K, n = cfg.n_experiences, cfg.n_keys
+    if K == 1:
+        return [(2, 2 + n)]
+    if cfg.key_overlap == 0:
+        width = n // K
+    else:
+        width = int(n / (1 + (K - 1) * (1 - cfg.key_overlap)))
+    # integer floor division: starts differ by >= width when the windows must not overlap
+    return [(2 + j * (n - width) // (K - 1), 2 + j * (n - width) // (K - 1) + width) for j in range(K)]
+
+
+def train_len(cfg: ICRConfig) -> int:
+    return 2 * (cfg.facts_per_episode + cfg.rebind_within) + 1 + 2 * cfg.queries_per_episode
+
+
+def test_len(cfg: ICRConfig) -> int:
+    return 1 + 2 * cfg.test_queries
+
+
+def _check(cfg: ICRConfig) -> None:
+    what = "icr config"
+    require(cfg.variant in VARIANTS, what, f"variant must be one of {VARIANTS}, got {cfg.variant!r}")
+    for key in ("n_experiences", "n_keys", "n_values", "facts_per_experience", "facts_per_episode",
+                "queries_per_episode", "train_episodes", "test_episodes", "test_queries", "meta_train_episodes"):
+        require(getattr(cfg, key) >= 1, what, f"{key} must be >= 1, got {getattr(cfg, key)}")
+    for key in ("seed", "meta_seed", "rebind_within", "rebind_across"):
+        require(getattr(cfg, key) >= 0, what, f"{key} must be >= 0, got {getattr(cfg, key)}")
+    require(0 <= cfg.key_overlap < 1, what, f"key_overlap must be in [0, 1), got {cfg.key_overlap}")
+    if cfg.variant == "basic":
+        require(cfg.rebind_within == 0 and cfg.rebind_across == 0, what,
+                "rebind_within and rebind_across apply to variant 'positional' only")
+    else:
+        require(cfg.key_overlap == 0, what, "key_overlap applies to variant 'basic' only "
+                "(positional revises facts explicitly, with rebind_across)")
+        require(cfg.n_values >= 2 or cfg.rebind_within + cfg.rebind_across == 0, what,
+                "rebinding a key to a different value needs n_values >= 2")
+    width = key_regions(cfg)[0][1] - key_regions(cfg)[0][0]
+    require(cfg.facts_per_experience <= width, what,
+            f"more facts than keys: facts_per_experience={cfg.facts_per_experience} but each experience's key "
+            f"region has {width} keys (n_keys={cfg.n_keys}, n_experiences={cfg.n_experiences}, "
+            f"key_overlap={cfg.key_overlap})")
+    require(cfg.facts_per_episode <= cfg.facts_per_experience, what,
+            f"facts_per_episode={cfg.facts_per_episode} exceeds the table size facts_per_experience="
+            f"{cfg.facts_per_experience}")
+    require(cfg.facts_per_episode <= cfg.n_keys, what,
+            f"more facts than keys: facts_per_episode={cfg.facts_per_episode} > n_keys={cfg.n_keys}")
+    require(cfg.queries_per_episode <= cfg.facts_per_episode, what,
+            f"queries_per_episode={cfg.queries_per_episode} exceeds facts_per_episode={cfg.facts_per_episode} "
+            "(queries are distinct presented keys)")
+    require(cfg.rebind_within <= cfg.queries_per_episode, what,
+            f"rebind_within={cfg.rebind_within} exceeds queries_per_episode={cfg.queries_per_episode} "
+            "(every rebound key is queried)")
+    require(2 * cfg.rebind_across <= cfg.facts_per_experience, what,
+            f"rebind_across={cfg.rebind_across}: table j rebinds keys that table j-1 introduced, so "
+            f"2 * rebind_across must be <= facts_per_experience={cfg.facts_per_experience}")
+    testable = cfg.facts_per_experience - (cfg.rebind_across if cfg.n_experiences > 1 else 0)
+    require(cfg.test_queries <= testable, what,
+            f"test_queries={cfg.test_queries} exceeds the {testable} keys of a table that no later table rebinds")
+    if cfg.seq_len is not None:
+        need = max(train_len(cfg), test_len(cfg))
+        require(cfg.seq_len >= need, what,
+                f"episode too short for its facts: seq_len={cfg.seq_len}, but {cfg.facts_per_episode} facts "
+                f"(+{cfg.rebind_within} rebound), SEP and {cfg.queries_per_episode} queries need {train_len(cfg)} "
+                f"tokens, and {cfg.test_queries} test queries need {test_len(cfg)}")
+
+
+@dataclass(frozen=True)
+class _World:
+    keys: List[np.ndarray]       # table j's key tokens
+    values: List[np.ndarray]     # table j's value tokens (aligned with keys)
+    test_keys: List[np.ndarray]
+    rebound: List[Dict[int, Tuple[int, int]]]
+
+
+def _world(cfg: ICRConfig) -> _World:
+    """The K fact tables: a pure function of (cfg, seed)."""
+    rng = seeded_rng("icr", "world", cfg.seed)
+    v0 = 2 + cfg.n_keys
+    base = rng.integers(0, cfg.n_values, cfg.n_keys) + v0    # basic: the one value of every key token k at base[k - 2]
+    keys, values, rebound, fresh_prev = [], [], [], None
+    for j, (lo, hi) in enumerate(key_regions(cfg)):
+        r = cfg.rebind_across if j > 0 else 0
+        fresh = rng.choice(np.arange(lo, hi), cfg.facts_per_experience - r, replace=False)
+        old_keys = rng.choice(fresh_prev, r, replace=False) if r else np.zeros(0, np.int64)
+        old_vals = dict(zip(keys[-1].tolist(), values[-1].tolist())) if r else {}
+        old = np.array([old_vals[k] for k in old_keys.tolist()], np.int64)
+        new = (old - v0 + 1 + rng.integers(0, max(cfg.n_values - 1, 1), r)) % cfg.n_values + v0
+        keys.append(np.concatenate([fresh, old_keys]).astype(np.int64))
+        values.append(np.concatenate([base[fresh - 2], new]).astype(np.int64))
+        rebound.append({int(k): (int(a), int(b)) for k, a, b in zip(old_keys, old, new)})
+        fresh_prev = fresh
+    test_keys = []
+    for i in range(cfg.n_experiences):
+        later = set(rebound[i + 1]) if i + 1 < cfg.n_experiences else set()
+        test_keys.append(np.array([k for k in keys[i].tolist() if k not in later], np.int64))
+    return _World(keys, values, test_keys, rebound)
+
+
+def _layout(pairs_k: np.ndarray, pairs_v: np.ndarray, ask_k: np.ndarray, ask_v: np.ndarray,
+            length: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """tokens, labels [length] int64 of ``k v ... SEP q a ... PAD...`` (no pairs: ``SEP q a ...``)."""
+    context = np.stack([pairs_k, pairs_v], -1).reshape(-1)
+    queries = np.stack([ask_k, ask_v], -1).reshape(-1)
+    tokens = np.full(length, PAD, np.int64)
+    labels = np.full(length, IGNORE, np.int64)
+    n = len(context)
+    tokens[:n] = context
+    tokens[n] = SEP
+    tokens[n + 1: n + 1 + len(queries)] = queries
+    labels[n + 1: n + 1 + len(queries): 2] = ask_v
+    return torch.from_numpy(tokens), torch.from_numpy(labels)
+
+
+def _present_and_query(keys: np.ndarray, values: np.ndarray, cfg: ICRConfig, rng: np.random.Generator,
+                       length: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A training episode over the facts (keys[i] -> values[i]); positional: rebind_within keys twice."""
+    n, r, v0 = len(keys), cfg.rebind_within, 2 + cfg.n_keys
+    twice = rng.choice(n, r, replace=False)
+    stale = (values[twice] - v0 + 1 + rng.integers(0, max(cfg.n_values - 1, 1), r)) % cfg.n_values + v0
+    # sort by priority; a stale binding gets a priority below its key's true one, so it comes first
+    p_true = rng.random(n)
+    p_stale = rng.random(r) * p_true[twice]
+    order = np.argsort(np.concatenate([p_true, p_stale]), kind="stable")
+    pairs_k = np.concatenate([keys, keys[twice]])[order]
+    pairs_v = np.concatenate([values, stale])[order]
+    others = rng.permutation(np.setdiff1d(np.arange(n), twice))[: cfg.queries_per_episode - r]
+    asked = rng.permutation(np.concatenate([twice, others]))
+    return _layout(pairs_k, pairs_v, keys[asked], values[asked], length)
+
+
+def _train_episode(cfg: ICRConfig, keys: np.ndarray, values: np.ndarray, length: int, exp: int, i: int):
+    rng = seeded_rng("icr", "train", cfg.seed, exp, i)
+    pick = rng.choice(len(keys), cfg.facts_per_episode, replace=False)
+    return _present_and_query(keys[pick], values[pick], cfg, rng, length)
+
+
+def _test_episode(cfg: ICRConfig, keys: np.ndarray, table: Dict[int, int], length: int, exp: int, i: int):
+    rng = seeded_rng("icr", "test", cfg.seed, exp, i)
+    ask = rng.choice(keys, cfg.test_queries, replace=False)
+    answers = np.array([table[k] for k in ask.tolist()], np.int64)
+    empty = np.zeros(0, np.int64)
+    return _layout(empty, empty, ask, answers, length)
+
+
+def _meta_episode(cfg: ICRConfig, length: int, i: int):
+    rng = seeded_rng("icr", "meta", cfg.meta_seed, i)
+    keys = rng.choice(cfg.n_keys, cfg.facts_per_episode, replace=False).astype(np.int64) + 2
+    values = rng.integers(0, cfg.n_values, cfg.facts_per_episode) + 2 + cfg.n_keys
+    return _present_and_query(keys, values, cfg, rng, length)
+
+
+def icr_data(cfg: Any = None) -> StreamData:
+    """The ICR stream without Avalanche: K train/test EpisodeDatasets, meta-training, ICRInfo."""
+    cfg = icr_config(cfg)
+    world = _world(cfg)
+    T_train = cfg.seq_len or train_len(cfg)
+    T_test = cfg.seq_len or test_len(cfg)
+    tables = [dict(zip(k.tolist(), v.tolist())) for k, v in zip(world.keys, world.values)]
+    train, test = [], []
+    for j in range(cfg.n_experiences):
+        train.append(EpisodeDataset(_train_episode, (cfg, world.keys[j], world.values[j], T_train, j),
+                                    cfg.train_episodes))
+        test.append(EpisodeDataset(_test_episode, (cfg, world.test_keys[j], tables[j], T_test, j), cfg.test_episodes))
+    meta = EpisodeDataset(_meta_episode, (cfg, T_train), cfg.meta_train_episodes)
+    info = ICRInfo(
+        name="icr", metric="accuracy", n_experiences=cfg.n_experiences, seq_len=T_train, test_seq_len=T_test,
+        vocab_size=2 + cfg.n_keys + cfg.n_values, config=cfg, variant=cfg.variant, regions=key_regions(cfg),
+        tables=tables, test_keys=[k.tolist() for k in world.test_keys], rebound=world.rebound,
+    )
+    return StreamData(train, test, meta, info)
+
+
+def icr_benchmark(cfg: Any = None):
+    """The ICR stream as an Avalanche benchmark, with ``.info`` (ICRInfo) and ``.meta_train``."""
+    return to_benchmark(icr_data(cfg))
