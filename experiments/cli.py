@@ -14,6 +14,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     demo.add_argument("--steps", type=int, default=None)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-progress", action="store_true")
+    run_p = sub.add_parser("run", help="one run: meta-training, then the stream, tracked in MLflow")
+    run_p.add_argument("config", help="a YAML run config (see experiments/configs/)")
+    run_p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.layers=[ovq] seed=1")
     sizes = sub.add_parser("state-sizes", help="print every mixer's state bytes per layer and lane against T")
     sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)
@@ -37,12 +40,29 @@ def main(argv: Optional[List[str]] = None) -> int:
                 parser.error("--steps must be >= 1")
             cfg.steps = args.steps
         run_demo(cfg, progress=not args.no_progress)
+    elif args.command == "run":
+        from experiments.config import run_config
+        from experiments.runner import run
+
+        cfg = run_config(args.config, args.overrides)
+        result = run(cfg)
+        _print_result(result)
     elif args.command == "state-sizes":
         from experiments.state_sizes import state_size_table
 
         lengths = [int(t) for t in args.lengths.split(",") if t.strip()]
         print(state_size_table(lengths, d_model=args.d_model, n_heads=args.heads))
     return 0
+
+
+def _print_result(result) -> None:
+    R, n = result.R, len(result.R)
+    print(f"{result.config.label()}  metric: {result.metric}  (row j: after training experience j)")
+    print("      " + " ".join(f"{'exp ' + str(i):>8}" for i in range(n)))
+    for j, row in enumerate(R):
+        print(f"R[{j}]  " + " ".join(f"{'' if v is None else format(v, '.3f'):>8}" for v in row))
+    print("  ".join(f"{k}={v:.4f}" for k, v in result.summary.items()))
+    print(f"state bytes per layer (all lanes): {result.state_bytes}   MLflow run: {result.run_id}")
 
 
 if __name__ == "__main__":

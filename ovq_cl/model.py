@@ -174,6 +174,42 @@ class DecoderLM(nn.Module):
         return [BlockState.from_state_dict(d, m.state_type) for d, m in zip(dicts, self.mixers)]
 
 
+class RegressionLM(nn.Module):
+    """The same blocks on continuous inputs: ``pred, states = model(x, states)``.
+
+    x: [B, T, d_in] -> input projection -> DecoderLM blocks -> norm -> regression head -> [B, T, d_out].
+    Used by the in-context regression stream; the token embedding and LM head of ``lm`` are unused.
+    """
+
+    def __init__(self, config: ModelConfig, d_in: int, d_out: int) -> None:
+        super().__init__()
+        if d_in < 1 or d_out < 1:
+            raise ValueError(f"RegressionLM: d_in and d_out must be >= 1, got {d_in}, {d_out}")
+        self.lm = DecoderLM(config)
+        self.inp = nn.Linear(d_in, config.d_model)
+        self.out = nn.Linear(config.d_model, d_out)
+        self.d_in, self.d_out = d_in, d_out
+
+    @property
+    def mixers(self) -> List[Mixer]:
+        return self.lm.mixers
+
+    def forward(self, x: torch.Tensor, states: Optional[Sequence[Optional[MixerState]]] = None):
+        if x.dim() != 3 or x.shape[-1] != self.d_in:
+            raise ValueError(f"RegressionLM: x must be [B, T, {self.d_in}], got shape {tuple(x.shape)}")
+        h, states = self.lm.forward_hidden(self.inp(x), states)
+        return self.out(self.lm.norm(h)), states
+
+    def aux_loss(self) -> torch.Tensor:
+        return self.lm.aux_loss()
+
+    def state_nbytes(self, seq_len: int, batch_size: int = 1) -> List[int]:
+        return self.lm.state_nbytes(seq_len, batch_size)
+
+    def states_from_state_dicts(self, dicts):
+        return self.lm.states_from_state_dicts(dicts)
+
+
 def _merge(base, overrides):
     from omegaconf import OmegaConf
 

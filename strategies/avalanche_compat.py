@@ -8,10 +8,15 @@ Import this module before anything from ``avalanche`` (streams and strategies do
   exist"). We define the two schemas (no kernels: detection ops stay unusable, nothing here uses
   them) and import torchvision again.
 - Avalanche checkpoints with dill, which under torch 2.13 needs ``dill.settings["byref"] = True``.
+- Avalanche imports qpsolvers (for GEM), which warns at import when no QP solver is installed; we use
+  no QP-based strategy, so that one warning is silenced.
+
+torchmetrics imports torchvision as well: import this module before torchmetrics too.
 """
 from __future__ import annotations
 
 import sys
+import warnings
 
 import torch
 
@@ -49,3 +54,4 @@ def _patch_dill() -> None:
 
 _import_torchvision()
 _patch_dill()
+warnings.filterwarnings("ignore", message="no QP solver found", category=UserWarning)

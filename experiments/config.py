@@ -1,0 +1,132 @@
+"""The run config: one structured config (dataclasses) for a whole run, validated by omegaconf.
+
+A YAML file under ``experiments/configs/`` plus ``key=value`` overrides (omegaconf dotlist) resolve to
+a :class:`RunConfig`; unknown keys and wrong types are ValueErrors naming the key. The stream's own
+options are validated by that stream's config (``streams.icr.ICRConfig`` etc.).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ovq_cl.config import ModelConfig, validate
+
+STRATEGIES = ("naive", "frozen", "ewc", "replay", "lwf")
+
+
+@dataclass
+class StreamSection:
+    name: str = "icr"                      # icr | icl | text
+    options: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StrategySection:
+    name: str = "frozen"                   # naive | frozen | ewc | replay | lwf
+    lr: float = 1e-3
+    train_mb_size: int = 8                 # lanes: lane b of minibatch m+1 continues lane b of minibatch m
+    epochs: int = 1
+    grad_clip: Optional[float] = 1.0
+    ewc_lambda: float = 100.0
+    ewc_mode: str = "separate"             # separate | online
+    ewc_decay: Optional[float] = None      # online EWC decay factor
+    replay_mem_size: int = 64
+    replay_policy: str = "balanced"        # balanced | reservoir
+    lwf_alpha: float = 1.0
+    lwf_temperature: float = 2.0
+    lwf_positions: str = "all"             # all | scored
+
+
+@dataclass
+class MemorySection:
+    policy: str = "persist"                # persist | reset_experience | reset_episode
+
+
+@dataclass
+class MetaTrainSection:
+    steps: int = 300
+    batch_size: int = 32
+    lr: float = 3e-3
+
+
+@dataclass
+class TrackingSection:
+    enabled: bool = True
+    experiment: str = "ovq-cl"
+    tracking_uri: Optional[str] = None     # None: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
+    run_name: Optional[str] = None
+
+
+@dataclass
+class CheckpointSection:
+    enabled: bool = True
+    dir: str = "outputs/checkpoints"
+    resume: bool = True                    # resume from the last checkpoint of the same config
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    stream: StreamSection = field(default_factory=StreamSection)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    strategy: StrategySection = field(default_factory=StrategySection)
+    memory: MemorySection = field(default_factory=MemorySection)
+    meta_train: MetaTrainSection = field(default_factory=MetaTrainSection)
+    tracking: TrackingSection = field(default_factory=TrackingSection)
+    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    output_dir: str = "outputs"
+    progress: bool = False
+
+    def check(self) -> "RunConfig":
+        if self.strategy.name not in STRATEGIES:
+            raise ValueError(f"run config: strategy.name must be one of {STRATEGIES}, got {self.strategy.name!r}")
+        if self.strategy.train_mb_size < 1:
+            raise ValueError(f"run config: strategy.train_mb_size must be >= 1, got {self.strategy.train_mb_size}")
+        from strategies.memory import POLICIES
+
+        if self.memory.policy not in POLICIES:
+            raise ValueError(f"run config: memory.policy must be one of {POLICIES}, got {self.memory.policy!r}")
+        return self
+
+    def to_dict(self) -> Dict[str, Any]:
+        return OmegaConf.to_container(OmegaConf.structured(self), resolve=True)
+
+    def identity(self) -> str:
+        """A short hash of everything that changes the results (not tracking, checkpoints, progress)."""
+        d = self.to_dict()
+        for key in ("tracking", "checkpoint", "output_dir", "progress"):
+            d.pop(key, None)
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+    def label(self) -> str:
+        layers = "+".join(self.model.layers)
+        return f"{self.stream.name}-{layers}-{self.strategy.name}-{self.memory.policy}-s{self.seed}"
+
+
+def run_config(user: Any = None, overrides: Optional[List[str]] = None) -> RunConfig:
+    """``user``: a YAML path, a mapping or None; ``overrides``: ["model.layers=[full]", "seed=3", ...]."""
+    if isinstance(user, (str, os.PathLike)):
+        if not os.path.exists(user):
+            raise FileNotFoundError(f"run config file not found: {user}")
+        user = OmegaConf.load(user)
+    if overrides:
+        try:
+            extra = OmegaConf.from_dotlist(list(overrides))
+        except OmegaConfBaseException as err:
+            raise ValueError(f"run config overrides: {err}") from err
+        user = OmegaConf.merge(OmegaConf.create(user or {}), extra)
+    return validate(RunConfig, user, "run config").check()
+
+
+def as_yaml(cfg: RunConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+__all__ = ["RunConfig", "STRATEGIES", "as_yaml", "run_config", "dataclasses"]

@@ -1,0 +1,88 @@
+"""Continual-learning summaries of a result matrix, as pure functions (no Avalanche, no torch).
+
+``R[j][i]`` is the score on experience i evaluated right after training on experience j (None where
+not measured). ``higher_is_better`` is True for accuracy, False for MSE and bits per byte: then
+forgetting and BWT flip sign, so a positive forgetting is always a loss of skill.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+Matrix = Sequence[Sequence[Optional[float]]]
+
+
+def _sign(higher_is_better: bool) -> float:
+    return 1.0 if higher_is_better else -1.0
+
+
+def _mean(xs: List[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def forgetting(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:
+    """Forgetting of experience i after experience j (Chaudhry et al. 2018):
+    ``max_{i <= l < j} R[l][i] - R[j][i]`` (sign flipped for lower-is-better). NaN if j <= i."""
+    if j <= i:
+        return math.nan
+    s = _sign(higher_is_better)
+    best = max(s * R[l][i] for l in range(i, j))
+    return best - s * R[j][i]
+
+
+def forgetting_from_learning(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:
+    """``R[i][i] - R[j][i]``: the definition of Avalanche's ExperienceForgetting."""
+    if j <= i:
+        return math.nan
+    return _sign(higher_is_better) * (R[i][i] - R[j][i])
+
+
+def average_forgetting(R: Matrix, j: Optional[int] = None, higher_is_better: bool = True) -> float:
+    """Mean forgetting over experiences i < j after experience j (default: the last row)."""
+    j = len(R) - 1 if j is None else j
+    return _mean([forgetting(R, i, j, higher_is_better) for i in range(j)])
+
+
+def backward_transfer(R: Matrix, j: Optional[int] = None, higher_is_better: bool = True) -> float:
+    """BWT (Lopez-Paz & Ranzato 2017): mean over i < j of ``R[j][i] - R[i][i]`` (sign flipped for
+    lower-is-better, so a negative BWT is always forgetting)."""
+    j = len(R) - 1 if j is None else j
+    return _mean([-forgetting_from_learning(R, i, j, higher_is_better) for i in range(j)])
+
+
+def learning_accuracy(R: Matrix) -> List[float]:
+    """Plasticity: ``R[j][j]``, the score on each experience right after learning it."""
+    return [R[j][j] for j in range(len(R))]
+
+
+def average_score(R: Matrix, j: Optional[int] = None) -> float:
+    """Mean of ``R[j][i]`` over i <= j (the final average accuracy when j is the last experience)."""
+    j = len(R) - 1 if j is None else j
+    return _mean([R[j][i] for i in range(j + 1)])
+
+
+def forgetting_curve(R: Matrix, tokens_after: Sequence[int]) -> List[Dict[str, float]]:
+    """One row per measured (i, j >= i): ``R[j][i]`` against j and against tokens streamed since i.
+
+    tokens_after[j]: tokens streamed (per lane, all layers see the same) when experience j ended.
+    """
+    rows = []
+    for i in range(len(R)):
+        for j in range(i, len(R)):
+            if R[j][i] is None:
+                continue
+            rows.append({
+                "evaluated_on": i, "trained_on": j, "experiences_since": j - i,
+                "tokens_since": tokens_after[j] - tokens_after[i], "score": R[j][i],
+            })
+    return rows
+
+
+def summary(R: Matrix, higher_is_better: bool = True) -> Dict[str, float]:
+    """The numbers every table shows: final average, average forgetting, BWT, mean learning score."""
+    return {
+        "final_average": average_score(R),
+        "average_forgetting": average_forgetting(R, higher_is_better=higher_is_better),
+        "bwt": backward_transfer(R, higher_is_better=higher_is_better),
+        "learning_average": _mean(learning_accuracy(R)),
+    }

@@ -1,0 +1,64 @@
+"""Meta-training: the first phase of a run, before the stream (fresh state per episode).
+
+The model learns the task family (e.g. to store and recall facts in context) on the stream's own
+meta-training set, which is generated with its own seed and shares no facts with the stream.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from strategies.metrics import SequenceScore, sequence_loss
+
+
+def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, lr: float,
+               metric: str, seed: int = 0, weight_decay: float = 0.01, grad_clip: float = 1.0,
+               device="cpu", progress: bool = False, log: Optional[Callable[[Dict[str, float], int], None]] = None,
+               log_every: int = 50) -> List[Dict[str, float]]:
+    """``steps`` AdamW steps on shuffled minibatches of ``dataset`` (items (x, y, t)), each from a
+    fresh state. Returns the logged history: step, loss, and the metric on the training batches."""
+    from strategies.sequence import _collate
+
+    if steps < 0 or batch_size < 1:
+        raise ValueError(f"meta_train: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
+    if steps == 0:
+        return []
+    if dataset is None or len(dataset) == 0:
+        raise ValueError("meta_train: the stream has no meta-training set, set meta_train.steps: 0")
+    gen = torch.Generator().manual_seed(seed)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=gen, collate_fn=_collate, drop_last=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    model.train()
+    history, score, step = [], SequenceScore(metric), 0
+    bar = tqdm(total=steps, desc="meta-train", disable=not progress, leave=False)
+    while step < steps:
+        for x, y, _ in loader:
+            x, y = x.to(device), y.to(device)
+            out, _ = model(x)
+            loss = sequence_loss(out, y)
+            if hasattr(model, "aux_loss"):
+                loss = loss + model.aux_loss()
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"meta_train: non-finite loss at step {step}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            opt.step()
+            sched.step()
+            score.update(out, y)
+            step += 1
+            bar.update()
+            if step % log_every == 0 or step == steps:
+                row = {"step": step, "loss": float(loss.detach()), metric: score.result()}
+                history.append(row)
+                score.reset()
+                if log is not None:
+                    log({"meta_train/loss": row["loss"], f"meta_train/{metric}": row[metric]}, step)
+            if step >= steps:
+                break
+    bar.close()
+    return history

@@ -1,0 +1,124 @@
+"""EWC, replay and LwF-style distillation, made to work with stateful sequence models.
+
+- ``SequenceEWCPlugin``: Avalanche's EWC, with importances computed from the sequence loss (each
+  minibatch from a fresh state: an importance is a property of the weights on the experience's data).
+- ``SequenceReplayPlugin``: Avalanche's exemplar buffers (reservoir or experience-balanced); the
+  buffer's episodes are mixed into the experience's episodes in a seeded order, so the ordered,
+  fixed-lane loader still applies (Avalanche's ReplayPlugin changes the batch size, which would break
+  lanes).
+- ``LanguageDistillationPlugin``: LwF for language models (Avalanche's LwF assumes classification
+  heads): KL between the previous model's and the current model's token distributions at temperature
+  tau (MSE between predictions for regression), the previous model starting from the same state as
+  the current one.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+import strategies.avalanche_compat  # noqa: F401
+from avalanche.benchmarks.utils import concat_datasets
+from avalanche.core import SupervisedPlugin
+from avalanche.training.plugins import EWCPlugin
+from avalanche.training.storage_policy import ExperienceBalancedBuffer, ReservoirSamplingBuffer
+from avalanche.training.utils import zerolike_params_dict
+
+from strategies.metrics import IGNORE, sequence_loss
+
+
+class SequenceEWCPlugin(EWCPlugin):
+    """EWC (``mode`` "separate" or "online") on the sequence loss."""
+
+    def compute_importances(self, model, criterion, optimizer, dataset, device, batch_size, num_workers=0):
+        from strategies.sequence import _collate
+
+        model.eval()
+        importances = zerolike_params_dict(model)
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=_collate)
+        n = 0
+        for x, y, _ in loader:
+            optimizer.zero_grad()
+            out, _ = model(x.to(device))
+            sequence_loss(out, y.to(device)).backward()
+            for (name, p), (name2, imp) in zip(model.named_parameters(), importances.items()):
+                assert name == name2
+                if p.grad is not None:
+                    imp.data += p.grad.detach().pow(2)
+            n += 1
+        for imp in importances.values():
+            imp.data /= max(n, 1)
+        optimizer.zero_grad()
+        model.train()
+        return importances
+
+
+class SequenceReplayPlugin(SupervisedPlugin):
+    """Replays ``mem_size`` stored episodes with every new experience.
+
+    policy: "balanced" (ExperienceBalancedBuffer: equal share per past experience) or "reservoir".
+    """
+
+    def __init__(self, mem_size: int = 64, policy: str = "balanced", seed: int = 0) -> None:
+        super().__init__()
+        if mem_size < 1:
+            raise ValueError(f"replay: mem_size must be >= 1, got {mem_size}")
+        if policy == "balanced":
+            self.storage = ExperienceBalancedBuffer(max_size=mem_size, adaptive_size=True)
+        elif policy == "reservoir":
+            self.storage = ReservoirSamplingBuffer(max_size=mem_size)
+        else:
+            raise ValueError(f"replay: policy must be 'balanced' or 'reservoir', got {policy!r}")
+        self.seed = seed
+
+    def after_train_dataset_adaptation(self, strategy, **kwargs):
+        buffer = self.storage.buffer
+        if len(buffer) == 0:
+            return
+        merged = concat_datasets([strategy.adapted_dataset, buffer])
+        gen = torch.Generator().manual_seed(self.seed * 1009 + strategy.experience.current_experience)
+        order = torch.randperm(len(merged), generator=gen).tolist()
+        strategy.adapted_dataset = merged.subset(order)
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.storage.post_adapt(strategy, strategy.experience)
+
+
+class LanguageDistillationPlugin(SupervisedPlugin):
+    """Learning without Forgetting for sequence models: ``alpha * tau^2 * KL(p_old || p_new)``."""
+
+    def __init__(self, alpha: float = 1.0, temperature: float = 2.0, positions: str = "all") -> None:
+        super().__init__()
+        if positions not in ("all", "scored"):
+            raise ValueError(f"distillation positions must be 'all' or 'scored', got {positions!r}")
+        self.alpha, self.temperature, self.positions = alpha, temperature, positions
+        self.old_model: Optional[torch.nn.Module] = None
+
+    def before_backward(self, strategy, **kwargs):
+        if self.old_model is None or self.alpha == 0:
+            return
+        from strategies.memory import clone_states
+
+        with torch.no_grad():
+            old_out, _ = self.old_model(strategy.mb_x, clone_states(strategy.mb_states_in))
+        new_out, y = strategy.mb_output, strategy.mb_y
+        if y.is_floating_point():
+            strategy.loss = strategy.loss + self.alpha * F.mse_loss(new_out, old_out)
+            return
+        if self.positions == "scored":
+            mask = y != IGNORE
+            new_out, old_out = new_out[mask], old_out[mask]
+        else:
+            new_out, old_out = new_out.flatten(0, -2), old_out.flatten(0, -2)
+        tau = self.temperature
+        kl = F.kl_div(F.log_softmax(new_out / tau, -1), F.log_softmax(old_out / tau, -1), log_target=True,
+                      reduction="batchmean")
+        strategy.loss = strategy.loss + self.alpha * tau * tau * kl
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.old_model = copy.deepcopy(strategy.model).eval()
+        for p in self.old_model.parameters():
+            p.requires_grad_(False)

@@ -1,0 +1,124 @@
+"""The sequence-aware Avalanche template: models with a state, token-level loss on scored positions.
+
+``SequenceTemplate`` is Avalanche's ``SupervisedTemplate`` with three changes:
+
+- forward threads a per-block state: ``out, new_states = model(x, strategy.states)``; what the next
+  minibatch starts from is decided by :class:`~strategies.memory.PersistentMemoryPlugin` (without it
+  every minibatch starts fresh);
+- the loss is cross-entropy over scored tokens (labels != -100) or MSE over scored regression targets
+  (not NaN), plus the model's auxiliary loss (VQ's commitment) in training;
+- loaders are ordered, with a fixed batch size (lane b of minibatch m+1 continues lane b of
+  minibatch m); training drops a last partial batch so that lanes never change.
+
+``FrozenWeights`` streams experiences with no weight update: only the layers' own memory learns.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch.utils.data import DataLoader
+
+import strategies.avalanche_compat  # noqa: F401
+from avalanche.training.templates import SupervisedTemplate
+
+from strategies.metrics import sequence_loss
+
+
+def _collate(batch):
+    xs, ys, ts = zip(*batch)
+    return torch.stack(xs), torch.stack(ys), torch.as_tensor(ts)
+
+
+class SequenceTemplate(SupervisedTemplate):
+    """Naive fine-tuning of a stateful sequence model (add plugins for EWC, replay, distillation).
+
+    model: ``out, states = model(x, states)`` with x [B, T] tokens or [B, T, d_in] vectors.
+    grad_clip: max gradient norm (None: no clipping).
+    """
+
+    def __init__(self, *, model=None, optimizer=None, train_mb_size: int = 8, eval_mb_size: Optional[int] = None,
+                 train_epochs: int = 1, grad_clip: Optional[float] = 1.0, plugins: Optional[Sequence] = None,
+                 evaluator=None, device="cpu", **kwargs) -> None:
+        extra = {} if evaluator is None else {"evaluator": evaluator}
+        super().__init__(
+            model=model, optimizer=optimizer, criterion=sequence_loss, train_mb_size=train_mb_size,
+            train_epochs=train_epochs, eval_mb_size=eval_mb_size or train_mb_size, device=device,
+            plugins=list(plugins or []), **extra, **kwargs,
+        )
+        self.grad_clip = grad_clip
+        self.states = None          # what the next minibatch starts from
+        self.new_states = None      # what the last forward returned
+        self.mb_states_in = None    # what the last forward started from (for distillation)
+        self.tokens_streamed = 0    # training tokens per lane so far
+
+    # ------------------------------------------------------------------------------- data loading
+    def make_train_dataloader(self, num_workers=0, shuffle=False, pin_memory=None, persistent_workers=False,
+                              drop_last=True, **kwargs):
+        if len(self.adapted_dataset) < self.train_mb_size:
+            raise ValueError(
+                f"experience {self.experience.current_experience} has {len(self.adapted_dataset)} episodes, "
+                f"fewer than train_mb_size={self.train_mb_size} lanes"
+            )
+        self.dataloader = DataLoader(self.adapted_dataset, batch_size=self.train_mb_size, shuffle=False,
+                                     drop_last=True, collate_fn=_collate, num_workers=num_workers)
+
+    def make_eval_dataloader(self, num_workers=0, shuffle=False, pin_memory=None, persistent_workers=False,
+                             **kwargs):
+        self.dataloader = DataLoader(self.adapted_dataset, batch_size=self.eval_mb_size, shuffle=False,
+                                     collate_fn=_collate, num_workers=num_workers)
+
+    def make_optimizer(self, **kwargs):
+        """Keeps the optimizer as built (our models never grow parameters). Avalanche's default re-maps
+        the parameters on the first experience a strategy sees, which would drop a restored
+        optimizer state on resume."""
+
+    # -------------------------------------------------------------------------------- the step
+    def forward(self):
+        self.mb_states_in = self.states
+        out, self.new_states = self.model(self.mb_x, self.states)
+        return out
+
+    def criterion(self):
+        loss = sequence_loss(self.mb_output, self.mb_y)
+        if self.is_training and hasattr(self.model, "aux_loss"):
+            loss = loss + self.model.aux_loss()
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite loss {float(loss)} at experience {self.experience.current_experience}, "
+                f"iteration {self.clock.train_exp_iterations}"
+            )
+        return loss
+
+    def backward(self):
+        super().backward()
+        if self.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+
+    def _after_training_iteration(self, **kwargs):
+        self.tokens_streamed += int(self.mb_x.shape[1])
+        super()._after_training_iteration(**kwargs)
+
+
+class FrozenWeights(SequenceTemplate):
+    """Streams the experiences through the model with no weight update (and VQ codebooks fixed):
+    forward only, in eval mode, under no_grad. Only the layers' persistent memory changes."""
+
+    def __init__(self, *, model, **kwargs) -> None:
+        dummy = torch.optim.SGD([torch.nn.Parameter(torch.zeros(()))], lr=0.0)
+        super().__init__(model=model, optimizer=dummy, **kwargs)
+
+    def forward(self):
+        self.model.eval()
+        with torch.no_grad():
+            return super().forward()
+
+    def criterion(self):
+        with torch.no_grad():
+            return sequence_loss(self.mb_output, self.mb_y)
+
+    def backward(self):
+        pass
+
+    def optimizer_step(self):
+        pass

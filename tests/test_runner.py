@@ -1,0 +1,153 @@
+"""The runner end to end: MLflow content, checkpoint -> resume, crash handling, every stream kind."""
+import json
+import os
+
+import pytest
+import torch
+
+from experiments.config import run_config
+from experiments.runner import run
+from strategies.checkpoint import load_checkpoint
+
+TINY = {
+    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "layers": ["ovq"], "ovq": {"num_slots": 16, "chunk_size": 4}},
+    "stream": {"name": "icr", "options": {"n_experiences": 3, "train_episodes": 8, "test_episodes": 4,
+                                          "facts_per_experience": 6, "facts_per_episode": 4, "queries_per_episode": 2,
+                                          "test_queries": 3, "meta_train_episodes": 64}},
+    "strategy": {"name": "naive", "train_mb_size": 4, "lr": 3e-3},
+    "meta_train": {"steps": 20, "batch_size": 8},
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow")
+    return root, f"sqlite:///{root / 'mlruns.db'}"
+
+
+@pytest.fixture
+def in_tmp(store, monkeypatch):
+    root, uri = store
+    monkeypatch.chdir(root)                      # MLflow's default artifact folder is ./mlruns
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return root, uri
+
+
+def cfg_for(tmp, name, **sections):
+    user = {**TINY, "tracking": {"experiment": name}, "checkpoint": {"dir": str(tmp / "ckpt" / name)}}
+    user.update(sections)
+    return run_config(user)
+
+
+def test_a_run_logs_params_metrics_and_artifacts(in_tmp):
+    from experiments.tracking import runs_table
+    from mlflow import MlflowClient
+
+    root, uri = in_tmp
+    result = run(cfg_for(root, "logged"))
+    assert len(result.R) == 3 and all(v is not None for row in result.R for v in row)
+    runs = runs_table("logged", uri)
+    assert [r["status"] for r in runs] == ["FINISHED"]
+    params, metrics = runs[0]["params"], runs[0]["metrics"]
+    assert params["strategy.name"] == "naive" and params["model.layers"] == "['ovq']"
+    assert params["stream.options.n_experiences"] == "3"
+    client = MlflowClient(uri)
+    history = client.get_metric_history(result.run_id, "R/eval_0")
+    assert [m.step for m in history] == [0, 1, 2]
+    assert [m.value for m in history] == pytest.approx([row[0] for row in result.R])
+    assert "state_bytes/layer0" in metrics and "active_slots/layer0" in metrics and "final/bwt" in metrics
+    assert any(name.startswith("accuracy_Exp/eval_phase") for name in metrics)        # via the Avalanche logger
+    artifacts = {a.path for a in client.list_artifacts(result.run_id)}
+    assert {"config.yaml", "result_matrix.csv", "results.json", "forgetting_curve.png"} <= artifacts
+    saved = json.loads(open(client.download_artifacts(result.run_id, "results.json", str(root))).read())
+    assert saved["R"] == result.R and saved["tokens_after"] == result.tokens_after
+
+
+def test_checkpoint_resume_gives_the_same_final_metrics(in_tmp):
+    from experiments.tracking import runs_table
+
+    root, uri = in_tmp
+    straight = run(cfg_for(root, "straight"))
+    cfg = cfg_for(root, "resumed")
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, stop_after=0)
+    assert [r["status"] for r in runs_table("resumed", uri)] == ["FAILED"]           # not left RUNNING
+    ckpt = load_checkpoint(result_path := os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}", "last.pt"))
+    assert ckpt["next_experience"] == 1 and ckpt["states"] is not None
+    resumed = run(cfg)
+    assert resumed.R == straight.R
+    assert resumed.tokens_after == straight.tokens_after
+    runs = runs_table("resumed", uri)
+    assert [r["status"] for r in runs] == ["FINISHED"] and runs[0]["tags"]["resumed_at_experience"] == "1"
+    assert load_checkpoint(result_path)["next_experience"] == 3
+
+
+def test_a_nan_loss_fails_the_run_and_keeps_the_last_checkpoint(in_tmp, monkeypatch):
+    from experiments.tracking import runs_table
+    from strategies import sequence
+
+    root, uri = in_tmp
+    cfg = cfg_for(root, "nan")
+    calls = {"n": 0}
+    original = sequence.SequenceTemplate.criterion
+
+    def poisoned(self):
+        loss = original(self)
+        if self.is_training and self.experience.current_experience == 1:
+            calls["n"] += 1
+            raise FloatingPointError("non-finite loss nan (injected)")
+        return loss
+
+    monkeypatch.setattr(sequence.SequenceTemplate, "criterion", poisoned)
+    with pytest.raises(FloatingPointError):
+        run(cfg)
+    runs = runs_table("nan", uri)
+    assert [r["status"] for r in runs] == ["FAILED"] and "non-finite" in runs[0]["tags"].get("error", "")
+    ckpt = load_checkpoint(os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}", "last.pt"))
+    assert ckpt["next_experience"] == 1
+    monkeypatch.setattr(sequence.SequenceTemplate, "criterion", original)
+    assert len(run(cfg).R) == 3                                                       # and it resumes
+
+
+@pytest.mark.parametrize("strategy", ["frozen", "ewc", "replay", "lwf"])
+def test_every_strategy_runs_and_resumes(tmp_path, strategy):
+    base = {**TINY, "tracking": {"enabled": False}, "checkpoint": {"dir": str(tmp_path)},
+            "strategy": {**TINY["strategy"], "name": strategy, "replay_mem_size": 4}}
+    straight = run(run_config({**base, "checkpoint": {"dir": str(tmp_path / "a")}}))
+    cfg = run_config({**base, "checkpoint": {"dir": str(tmp_path / "b")}})
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, stop_after=1)
+    assert run(cfg).R == straight.R
+
+
+def test_icl_continuous_and_text_streams_run(tmp_path):
+    icl = run(run_config({**TINY, "tracking": {"enabled": False}, "checkpoint": {"enabled": False},
+                          "stream": {"name": "icl", "options": {"n_experiences": 2, "train_episodes": 8,
+                                                               "test_episodes": 4, "meta_train_episodes": 16}}}))
+    assert icl.metric == "mse" and all(v > 0 for v in icl.R[1])
+    text = run(run_config({**TINY, "tracking": {"enabled": False}, "checkpoint": {"enabled": False},
+                           "meta_train": {"steps": 0},
+                           "stream": {"name": "text", "options": {"domains": ["prose", "code"], "seq_len": 32,
+                                                                 "train_episodes": 8, "test_episodes": 4}}}))
+    assert text.metric == "bits_per_byte" and all(0 < v < 16 for v in text.R[1])
+
+
+def test_config_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="run config file not found"):
+        run_config(str(tmp_path / "nope.yaml"))
+    with pytest.raises(ValueError, match="lr_rate"):
+        run_config({"strategy": {"lr_rate": 1.0}})
+    with pytest.raises(ValueError, match="strategy.name"):
+        run_config({"strategy": {"name": "gem"}})
+    with pytest.raises(ValueError, match="memory.policy"):
+        run_config(None, ["memory.policy=forever"])
+    with pytest.raises(ValueError, match="n_expriences"):
+        run(run_config({**TINY, "stream": {"name": "icr", "options": {"n_expriences": 2}}}))
+
+
+def test_shipped_configs_load():
+    folder = os.path.join(os.path.dirname(__file__), "..", "experiments", "configs")
+    names = sorted(f for f in os.listdir(folder) if f.endswith(".yaml"))
+    assert names
+    for name in names:
+        run_config(os.path.join(folder, name))

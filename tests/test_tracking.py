@@ -1,0 +1,272 @@
+"""MLflow tracking against a temporary SQLite store: runs, nesting, statuses, params, metrics, artifacts, tags,
+the tracking-URI rules, and the Avalanche logger on a real (tiny) Naive run."""
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import pickle
+from importlib import metadata
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+from mlflow import MlflowClient
+from omegaconf import OmegaConf
+
+from experiments import tracking
+from experiments.tracking import (
+    DEFAULT_TRACKING_URI, TRUNCATED_MARKER, RunTracker, SweepTracker, default_tracking_uri, flatten_config,
+    runs_table,
+)
+
+CFG = OmegaConf.create({
+    "seed": 3,
+    "model": {"d_model": 32, "mixers": ["swa", "ovq"], "ovq": {"num_slots": 64, "slots_x2": "${model.ovq.num_slots}"}},
+    "stream": {"name": "icr", "variant": None, "extra": {}},
+    "strategy": {"name": "naive", "lr": 0.001},
+})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One SQLite store for the module (migrations run once); cwd and MLFLOW_TRACKING_URI point into tmp."""
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root / 'mlruns.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)                                  # anything relative (e.g. ./mlruns) lands in tmp
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        yield {"uri": uri, "artifacts": str(root / "artifacts"), "root": root, "client": MlflowClient(uri)}
+
+
+@pytest.fixture(autouse=True)
+def _env(store, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store["uri"])
+
+
+def tracker(store, name, experiment="tracking-test", **kw):
+    return RunTracker(experiment, name, tracking_uri=store["uri"], artifact_location=store["artifacts"], **kw)
+
+
+def read_artifact(client, run_id, path) -> bytes:
+    with open(client.download_artifacts(run_id, path), "rb") as f:
+        return f.read()
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def test_flatten_config():
+    flat = flatten_config(CFG)
+    assert flat == {
+        "seed": "3", "model.d_model": "32", "model.mixers": "['swa', 'ovq']", "model.ovq.num_slots": "64",
+        "model.ovq.slots_x2": "64", "stream.name": "icr", "stream.variant": "None", "stream.extra": "{}",
+        "strategy.name": "naive", "strategy.lr": "0.001",
+    }
+
+    @dataclasses.dataclass
+    class Inner:
+        num_slots: int = 8
+        sizes: tuple = (1, 2)
+
+    @dataclasses.dataclass
+    class Outer:
+        inner: Inner = dataclasses.field(default_factory=Inner)
+        name: str = "x"
+
+    assert flatten_config(Outer()) == {"inner.num_slots": "8", "inner.sizes": "[1, 2]", "name": "x"}
+    assert flatten_config({"a": {"b": OmegaConf.create({"c": 1})}, "bad key!": 2}) == {"a.b.c": "1", "bad key_": "2"}
+    long = flatten_config({"xs": list(range(5000))})["xs"]
+    assert len(long) == tracking.MAX_PARAM_VALUE_LENGTH and long.endswith(TRUNCATED_MARKER)
+    with pytest.raises(TypeError):
+        flatten_config([1, 2])
+
+
+def test_tracking_uri_rules(store, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///from-env.db")
+    assert default_tracking_uri() == "sqlite:///from-env.db"
+    assert default_tracking_uri("http://localhost:5000") == "http://localhost:5000"
+    assert RunTracker("e", "r").tracking_uri == "sqlite:///from-env.db"
+    assert RunTracker("e", "r", tracking_uri=store["uri"]).tracking_uri == store["uri"]
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert default_tracking_uri() == DEFAULT_TRACKING_URI == "sqlite:///mlruns.db"
+
+
+def test_env_uri_is_used_for_logging(store):
+    """No tracking_uri given: the run lands in the store named by MLFLOW_TRACKING_URI (the tmp one)."""
+    with RunTracker("env-test", "from-env", artifact_location=store["artifacts"]) as run:
+        run.log_metrics({"x": 1.0}, step=0)
+    assert store["client"].get_run(run.run_id).info.status == "FINISHED"
+    assert [r["run_name"] for r in runs_table("env-test")] == ["from-env"]
+
+
+def test_run_logs_params_metrics_artifacts_tags(store):
+    client = store["client"]
+    fig = Figure()
+    fig.add_subplot().plot([0, 1], [1, 0])
+    R = [[0.9], [0.7, 0.95], [0.5, float("nan"), 1.0]]
+    with tracker(store, "icr/ovq/naive/persist/seed0", tags={"stream": "icr", "seed": 0}) as run:
+        assert run.active
+        params = run.log_config(CFG)
+        for j in range(3):
+            run.log_metrics({"avg_accuracy": 0.5 + 0.1 * j, "learning_accuracy": torch.tensor(0.9)}, step=j)
+        assert run.log_matrix("accuracy_matrix", R) == "accuracy_matrix.csv"
+        run.log_matrix("named", [[1, None]], row_names=["prose"], col_names=["prose", "code"])
+        assert run.log_figure(fig, "plots/forgetting") == "plots/forgetting.png"
+        run.log_dict({"R": R[:2], "t": torch.arange(3)}, "summary.json")
+        (store["root"] / "note.txt").write_text("hello")
+        run.log_artifact(str(store["root"] / "note.txt"), "extra")
+        with pytest.raises(TypeError):
+            run.log_metrics({"v": torch.ones(3)}, step=0)
+    assert not run.active
+    r = client.get_run(run.run_id)
+    assert r.info.status == "FINISHED" and r.info.run_name == "icr/ovq/naive/persist/seed0"
+    assert r.data.params == flatten_config(CFG) == params
+    assert [(m.step, round(m.value, 6)) for m in sorted(client.get_metric_history(run.run_id, "avg_accuracy"),
+                                                        key=lambda m: m.step)] == [(0, 0.5), (1, 0.6), (2, 0.7)]
+    assert r.data.metrics["learning_accuracy"] == pytest.approx(0.9)
+
+    tags = r.data.tags
+    assert tags["stream"] == "icr" and tags["seed"] == "0" and tags["kind"] == "run"
+    assert tags["git.commit"] == tags["mlflow.source.git.commit"]
+    assert tags["git.commit"] == "unknown" or len(tags["git.commit"]) == 40
+    assert tags["git.dirty"] in ("true", "false", "unknown")
+    for key in ("version.python", "version.torch", "version.avalanche", "version.mlflow", "version.ovq-cl", "host"):
+        assert tags[key]
+    assert tags["version.torch"] == metadata.version("torch") and tags["version.mlflow"] == metadata.version("mlflow")
+
+    listed = {a.path for a in client.list_artifacts(run.run_id)} | \
+        {a.path for d in ("plots", "extra") for a in client.list_artifacts(run.run_id, d)}
+    assert {"config.yaml", "accuracy_matrix.csv", "named.csv", "summary.json", "plots/forgetting.png",
+            "extra/note.txt"} <= listed
+    assert r.info.artifact_uri.startswith("file://" + store["artifacts"]) or store["artifacts"] in r.info.artifact_uri
+
+    cfg_back = OmegaConf.create(read_artifact(client, run.run_id, "config.yaml").decode())
+    assert OmegaConf.to_container(cfg_back) == OmegaConf.to_container(CFG, resolve=True)
+    rows = list(csv.reader(io.StringIO(read_artifact(client, run.run_id, "accuracy_matrix.csv").decode())))
+    assert rows == [["trained_on\\evaluated_on", "0", "1", "2"], ["0", "0.9", "", ""], ["1", "0.7", "0.95", ""],
+                    ["2", "0.5", "", "1.0"]]
+    rows = list(csv.reader(io.StringIO(read_artifact(client, run.run_id, "named.csv").decode())))
+    assert rows == [["trained_on\\evaluated_on", "prose", "code"], ["prose", "1", ""]]
+    assert read_artifact(client, run.run_id, "plots/forgetting.png")[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(read_artifact(client, run.run_id, "summary.json")) == {"R": [[0.9], [0.7, 0.95]], "t": [0, 1, 2]}
+    assert read_artifact(client, run.run_id, "extra/note.txt") == b"hello"
+
+
+def test_logging_outside_a_run_raises(store):
+    run = tracker(store, "not-started")
+    with pytest.raises(RuntimeError):
+        run.run_id
+    with pytest.raises(RuntimeError):
+        run.log_metrics({"a": 1}, step=0)
+
+
+@pytest.mark.parametrize("exc", [ValueError("boom"), KeyboardInterrupt()])
+def test_failing_run_is_failed_and_reraises(store, exc):
+    run = tracker(store, f"crash-{type(exc).__name__}")
+    with pytest.raises(type(exc)):
+        with run:
+            run.log_metrics({"loss": 1.0}, step=0)
+            raise exc
+    r = store["client"].get_run(run.run_id)
+    assert r.info.status == "FAILED" and r.info.end_time is not None
+    assert r.data.tags["error"].startswith(type(exc).__name__)
+    assert type(exc).__name__ in read_artifact(store["client"], run.run_id, "error.txt").decode()
+
+
+def test_sweep_nests_children_and_fails(store):
+    with SweepTracker("sweep-test", "sweep-1", tracking_uri=store["uri"], artifact_location=store["artifacts"]) as sweep:
+        for seed in (0, 1):
+            with sweep.child(f"seed{seed}", tags={"seed": seed}) as run:
+                run.log_config({"seed": seed})
+                run.log_metrics({"acc": 0.5 + seed}, step=0)
+        with pytest.raises(RuntimeError):
+            with sweep.child("seed2") as run:
+                raise RuntimeError("child crashed")
+        # a run created elsewhere (another process) nests by parent id
+        with RunTracker("sweep-test", "external", tracking_uri=store["uri"], parent_run_id=sweep.run_id):
+            pass
+    table = {row["run_name"]: row for row in runs_table("sweep-test", store["uri"])}
+    assert set(table) == {"sweep-1", "seed0", "seed1", "seed2", "external"}
+    parent = table["sweep-1"]
+    assert parent["status"] == "FINISHED" and parent["parent_run_id"] is None and parent["tags"]["kind"] == "sweep"
+    for name in ("seed0", "seed1", "seed2", "external"):
+        assert table[name]["parent_run_id"] == parent["run_id"] == table[name]["tags"]["mlflow.parentRunId"]
+    assert table["seed2"]["status"] == "FAILED" and table["seed1"]["status"] == "FINISHED"
+    assert table["seed1"]["params"] == {"seed": "1"} and table["seed1"]["metrics"] == {"acc": 1.5}
+    assert table["seed1"]["tags"]["seed"] == "1"
+    assert runs_table("no-such-experiment", store["uri"]) == []
+
+    with pytest.raises(ZeroDivisionError):
+        with SweepTracker("sweep-test", "sweep-2", tracking_uri=store["uri"]) as sweep2:
+            1 / 0
+    assert store["client"].get_run(sweep2.run_id).info.status == "FAILED"
+
+
+def test_resume_reopens_the_run_and_pickles(store):
+    with tracker(store, "resumable") as run:
+        run.log_metrics({"acc": 0.1}, step=0)
+    again = pickle.loads(pickle.dumps(run))            # e.g. inside an Avalanche checkpoint
+    with tracker(store, "resumable", run_id=again.run_id) as resumed:
+        assert store["client"].get_run(resumed.run_id).info.status == "RUNNING"
+        resumed.log_metrics({"acc": 0.2}, step=1)
+    assert resumed.run_id == run.run_id
+    assert sorted(m.step for m in store["client"].get_metric_history(run.run_id, "acc")) == [0, 1]
+    assert store["client"].get_run(run.run_id).info.status == "FINISHED"
+
+
+def test_mlflow_logger_on_a_tiny_avalanche_run(store):
+    import strategies.avalanche_compat  # noqa: F401  (before any avalanche import)
+    from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
+    from avalanche.benchmarks.utils import ConstantSequence, TaskLabels, make_avalanche_dataset
+    from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
+    from avalanche.training.plugins import EvaluationPlugin
+    from avalanche.training.supervised import Naive
+    from torch.utils.data import TensorDataset
+
+    from experiments.tracking import MLflowLogger
+
+    def exp_data(j, n):
+        g = torch.Generator().manual_seed(j)
+        x = torch.randn(n, 4, generator=g)
+        y = (x[:, 0] > 0).long() + 2 * j
+        ds = TensorDataset(x, y)
+        return make_avalanche_dataset(ds, data_attributes=[TaskLabels(ConstantSequence(j, n))])
+
+    bench = benchmark_from_datasets(train=[exp_data(j, 16) for j in range(2)], test=[exp_data(j, 8) for j in range(2)])
+    model = torch.nn.Linear(4, 4)
+    with tracker(store, "avalanche-naive") as run:
+        logger = MLflowLogger(run)
+        assert isinstance(pickle.loads(pickle.dumps(logger)), MLflowLogger)
+        strategy = Naive(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                         criterion=torch.nn.CrossEntropyLoss(), train_mb_size=8, train_epochs=1, eval_mb_size=8,
+                         evaluator=EvaluationPlugin(accuracy_metrics(minibatch=True, experience=True, stream=True),
+                                                    loss_metrics(epoch=True), loggers=[logger]))
+        for exp in bench.train_stream:
+            strategy.train(exp)
+            strategy.eval(bench.test_stream)
+        logger.log_single_metric("images/grid", torch.zeros(3, 8, 8), 5)    # not a scalar: skipped
+        logger.log_single_metric("odd name [exp=0]", 0.25, 7)                # sanitised
+        logger.log_single_metric("d", {"a": 1, "b": torch.tensor([2.0])}, 8)  # dict values -> d/a, d/b
+    assert "images/grid" in logger.skipped
+
+    client = store["client"]
+    metrics = client.get_run(run.run_id).data.metrics
+    acc_exp = [k for k in metrics if k.startswith("Top1_Acc_Exp/eval_phase/test_stream")]
+    assert len(acc_exp) == 2, sorted(metrics)
+    assert any(k.startswith("Top1_Acc_MB/train_phase") for k in metrics)
+    assert any(k.startswith("Top1_Acc_Stream/eval_phase/test_stream") for k in metrics)
+    assert all(0.0 <= metrics[k] <= 1.0 for k in acc_exp)
+    hist = client.get_metric_history(run.run_id, acc_exp[0])
+    assert len(hist) == 2 and sorted(m.step for m in hist) == [2, 4]   # x_plot = training iterations so far
+    assert "images/grid" not in metrics and metrics["odd name _exp_0_"] == 0.25
+    assert metrics["d/a"] == 1 and metrics["d/b"] == 2
+    assert all(not math.isnan(v) for v in metrics.values())
+
+
+def test_nothing_written_to_the_repo(store):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert not os.path.exists(os.path.join(store["root"], "mlruns"))
+    assert os.getcwd() == str(store["root"])
+    assert repo not in store["uri"]
