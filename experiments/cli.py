@@ -17,6 +17,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     run_p = sub.add_parser("run", help="one run: meta-training, then the stream, tracked in MLflow")
     run_p.add_argument("config", help="a YAML run config (see experiments/configs/)")
     run_p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.layers=[ovq] seed=1")
+    sweep_p = sub.add_parser("sweep", help="a grid of runs under one parent MLflow run, then a comparison table")
+    sweep_p.add_argument("config", help="the base YAML run config")
+    sweep_p.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+    sweep_p.add_argument("--grid", action="append", default=[],
+                         help="KEY=V1;V2;... (repeatable), e.g. --grid 'model.layers=[ovq];[full]' --grid 'seed=0;1;2'")
+    sweep_p.add_argument("--name", default="sweep", help="name of the parent MLflow run")
+    sweep_p.add_argument("--out", default="outputs/sweeps", help="folder for the table and the plot")
     sizes = sub.add_parser("state-sizes", help="print every mixer's state bytes per layer and lane against T")
     sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)
@@ -47,6 +54,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         cfg = run_config(args.config, args.overrides)
         result = run(cfg)
         _print_result(result)
+    elif args.command == "sweep":
+        import json
+        import os
+
+        from experiments import compare
+        from experiments.sweep import expand, parse_grid, run_sweep
+
+        configs = expand(args.config, args.overrides, parse_grid(args.grid))
+        print(f"{len(configs)} runs")
+        results, failures = run_sweep(configs, args.name)
+        os.makedirs(args.out, exist_ok=True)
+        text = compare.table(results)
+        print(text)
+        with open(os.path.join(args.out, f"{args.name}.md"), "w") as fh:
+            fh.write(text + "\n")
+        with open(os.path.join(args.out, f"{args.name}.json"), "w") as fh:
+            json.dump([{"label": r.config.label(), "R": r.R, "summary": r.summary, "tokens_after": r.tokens_after,
+                        "state_bytes": r.state_bytes, "run_id": r.run_id} for r in results], fh, indent=1)
+        if results:
+            print("plot:", compare.curves_plot(results, os.path.join(args.out, f"{args.name}.png"), args.name))
+        for label, err in failures:
+            print(f"FAILED {label}: {err}")
+        return 1 if failures else 0
     elif args.command == "state-sizes":
         from experiments.state_sizes import state_size_table
 
