@@ -1,5 +1,4 @@
 """The OVQ op: known answers, equivalences and invariants of the PyTorch reference."""
-import dataclasses
 import math
 
 import pytest

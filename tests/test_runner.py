@@ -3,7 +3,6 @@ import json
 import os
 
 import pytest
-import torch
 
 from experiments.config import run_config
 from experiments.runner import run

@@ -34,6 +34,19 @@ class Mixer(nn.Module):
             raise ValueError(f"{type(self).__name__}: head_dim must be >= 1, got {head_dim}")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, head_dim
 
+    def add_qkvo_projections(self) -> None:
+        """q_proj, k_proj, v_proj: d_model -> n_heads * head_dim; o_proj back (no biases)."""
+        inner = self.n_heads * self.head_dim
+        self.q_proj = nn.Linear(self.d_model, inner, bias=False)
+        self.k_proj = nn.Linear(self.d_model, inner, bias=False)
+        self.v_proj = nn.Linear(self.d_model, inner, bias=False)
+        self.o_proj = nn.Linear(inner, self.d_model, bias=False)
+
+    def project_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: [B, T, d_model] -> q, k, v: [B, T, H, head_dim]."""
+        shape = (x.shape[0], x.shape[1], self.n_heads, self.head_dim)
+        return self.q_proj(x).view(shape), self.k_proj(x).view(shape), self.v_proj(x).view(shape)
+
     def check_input(self, x: torch.Tensor, state: Optional[MixerState]) -> None:
         if x.dim() != 3:
             raise ValueError(f"{type(self).__name__}: x must be [B, T, d_model] (rank 3), got shape {tuple(x.shape)}")

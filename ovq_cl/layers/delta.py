@@ -42,14 +42,10 @@ class GatedDeltaNet(Mixer):
             raise ValueError(f"GatedDeltaNet: chunk_size must be >= 1, got {chunk_size}")
         if backend not in BACKENDS:
             raise ValueError(f"GatedDeltaNet: backend must be one of {BACKENDS}, got {backend!r}")
-        inner = n_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, inner, bias=False)
-        self.k_proj = nn.Linear(d_model, inner, bias=False)
-        self.v_proj = nn.Linear(d_model, inner, bias=False)
-        self.g_proj = nn.Linear(d_model, inner, bias=False)
+        self.add_qkvo_projections()
+        self.g_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.b_proj = nn.Linear(d_model, n_heads, bias=True)
         self.a_proj = nn.Linear(d_model, n_heads, bias=False)
-        self.o_proj = nn.Linear(inner, d_model, bias=False)
         self.o_norm = nn.RMSNorm(self.head_dim)
         self.A_log = nn.Parameter(torch.empty(n_heads).uniform_(1, 16).log())
         dt = torch.exp(torch.rand(n_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
@@ -61,9 +57,8 @@ class GatedDeltaNet(Mixer):
         self.check_input(x, state)
         B, T, _ = x.shape
         shape = (B, T, self.n_heads, self.head_dim)
-        q = l2norm(self.q_proj(x).view(shape))
-        k = l2norm(self.k_proj(x).view(shape))
-        v = self.v_proj(x).view(shape)
+        q, k, v = self.project_qkv(x)
+        q, k = l2norm(q), l2norm(k)
         beta = torch.sigmoid(self.b_proj(x))                                         # [B, T, H]
         g = -self.A_log.exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)   # [B, T, H], log decay
         S0 = None if state is None else state.S.detach()

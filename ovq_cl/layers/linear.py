@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import torch
-from torch import nn
 
 from ovq_cl.layers.base import Mixer, elem_size
 from ovq_cl.ops.linear import LinearAttentionState, feature_map_names, linear_attention_chunked
@@ -24,11 +23,7 @@ class LinearAttention(Mixer):
             raise ValueError(f"LinearAttention: feature_map must be one of {feature_map_names()}, got {feature_map!r}")
         if chunk_size < 1:
             raise ValueError(f"LinearAttention: chunk_size must be >= 1, got {chunk_size}")
-        inner = n_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, inner, bias=False)
-        self.k_proj = nn.Linear(d_model, inner, bias=False)
-        self.v_proj = nn.Linear(d_model, inner, bias=False)
-        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.add_qkvo_projections()
         self.feature_map, self.normalize, self.chunk_size = feature_map, normalize, chunk_size
 
     def forward(
@@ -37,8 +32,7 @@ class LinearAttention(Mixer):
         """x: [B, T, d_model] -> y [B, T, d_model], state."""
         self.check_input(x, state)
         B, T, _ = x.shape
-        shape = (B, T, self.n_heads, self.head_dim)
-        q, k, v = self.q_proj(x).view(shape), self.k_proj(x).view(shape), self.v_proj(x).view(shape)
+        q, k, v = self.project_qkv(x)
         o, state = linear_attention_chunked(
             q, k, v, feature_map_name=self.feature_map, normalize=self.normalize,
             scale=self.head_dim ** -0.5, chunk_size=self.chunk_size, initial_state=state,

@@ -33,11 +33,7 @@ class OVQAttention(Mixer):
         )
         if not beta_init > 0:
             raise ValueError(f"OVQAttention: beta_init must be > 0, got {beta_init}")
-        inner = n_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, inner, bias=False)
-        self.k_proj = nn.Linear(d_model, inner, bias=False)
-        self.v_proj = nn.Linear(d_model, inner, bias=False)
-        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.add_qkvo_projections()
         self.log_beta = nn.Parameter(torch.full((n_heads,), math.log(beta_init)), requires_grad=learn_beta)
         self.backend = backend
 
@@ -45,8 +41,7 @@ class OVQAttention(Mixer):
         """x: [B, T, d_model] -> y [B, T, d_model], state."""
         self.check_input(x, state)
         B, T, _ = x.shape
-        shape = (B, T, self.n_heads, self.head_dim)
-        q, k, v = self.q_proj(x).view(shape), self.k_proj(x).view(shape), self.v_proj(x).view(shape)
+        q, k, v = self.project_qkv(x)
         o, state = ovq_attention(q, k, v, self.log_beta.exp(), self.params, initial_state=state, backend=self.backend)
         return self.o_proj(o.reshape(B, T, -1)), state
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import torch
-from torch import nn
 
 from ovq_cl.layers.base import Mixer, elem_size
 from ovq_cl.layers.rotary import apply_rotary
@@ -27,19 +26,14 @@ class SoftmaxAttention(Mixer):
         super().__init__(d_model, n_heads, head_dim)
         if window is not None and window < 1:
             raise ValueError(f"{type(self).__name__}: window must be >= 1, got {window}")
-        inner = n_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, inner, bias=False)
-        self.k_proj = nn.Linear(d_model, inner, bias=False)
-        self.v_proj = nn.Linear(d_model, inner, bias=False)
-        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.add_qkvo_projections()
         self.rope, self.rope_base, self.window = rope, rope_base, window
 
     def forward(self, x: torch.Tensor, state: Optional[KVCacheState] = None) -> Tuple[torch.Tensor, KVCacheState]:
         """x: [B, T, d_model] -> y [B, T, d_model], state (the cache)."""
         self.check_input(x, state)
         B, T, _ = x.shape
-        shape = (B, T, self.n_heads, self.head_dim)
-        q, k, v = self.q_proj(x).view(shape), self.k_proj(x).view(shape), self.v_proj(x).view(shape)
+        q, k, v = self.project_qkv(x)
         if self.rope:
             offset = 0 if state is None else state.seen
             q, k = apply_rotary(q, offset, self.rope_base), apply_rotary(k, offset, self.rope_base)

@@ -38,11 +38,7 @@ class VQAttention(Mixer):
             raise ValueError(f"VQAttention: ema_decay must be in [0, 1), got {ema_decay}")
         if not beta_init > 0:
             raise ValueError(f"VQAttention: beta_init must be > 0, got {beta_init}")
-        inner = n_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, inner, bias=False)
-        self.k_proj = nn.Linear(d_model, inner, bias=False)
-        self.v_proj = nn.Linear(d_model, inner, bias=False)
-        self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.add_qkvo_projections()
         self.log_beta = nn.Parameter(torch.full((n_heads,), math.log(beta_init)), requires_grad=learn_beta)
         codebook = l2norm(torch.randn(n_heads, codebook_size, self.head_dim))
         self.register_buffer("codebook", codebook)
@@ -55,10 +51,8 @@ class VQAttention(Mixer):
         """x: [B, T, d_model] -> y [B, T, d_model], state."""
         self.check_input(x, state)
         B, T, _ = x.shape
-        shape = (B, T, self.n_heads, self.head_dim)
-        q = l2norm(self.q_proj(x).view(shape))
-        k = l2norm(self.k_proj(x).view(shape))
-        v = self.v_proj(x).view(shape)
+        q, k, v = self.project_qkv(x)
+        q, k = l2norm(q), l2norm(k)
         k_hat, codes = quantize(k, self.codebook)
         self.aux_loss = self.commitment_weight * (k - k_hat.detach()).pow(2).sum(-1).mean()
         k_st = k + (k_hat - k).detach()
