@@ -9,7 +9,8 @@ Import this module before anything from ``avalanche`` (streams and strategies do
   them) and import torchvision again.
 - Avalanche checkpoints with dill, which under torch 2.13 needs ``dill.settings["byref"] = True``.
 - Avalanche imports qpsolvers (for GEM), which warns at import when no QP solver is installed; we use
-  no QP-based strategy, so that one warning is silenced.
+  no QP-based strategy, so that one warning is silenced; so is "No loggers specified" (runs without
+  tracking read their metrics from the evaluator).
 
 torchmetrics imports torchvision as well: import this module before torchmetrics too.
 """
@@ -55,3 +56,5 @@ def _patch_dill() -> None:
 _import_torchvision()
 _patch_dill()
 warnings.filterwarnings("ignore", message="no QP solver found", category=UserWarning)
+# Runs without MLflow build an EvaluationPlugin with no loggers on purpose (metrics are read from it).
+warnings.filterwarnings("ignore", message="No loggers specified", category=UserWarning)
