@@ -6,7 +6,8 @@ on every minibatch; this plugin decides what the next minibatch starts from:
 - ``persist``: the state carries on for the whole stream (lane b continues lane b: the training loader
   is ordered and keeps a fixed batch size), detached between minibatches (truncated BPTT);
 - ``reset_experience``: carried within an experience, fresh at the start of each one;
-- ``reset_episode``: fresh on every minibatch (each lane holds one episode per minibatch).
+- ``reset_episode``: fresh on every minibatch (each lane holds one episode per minibatch), in
+  evaluation too.
 
 Evaluation never changes the carried state: every eval minibatch starts from a copy of the state as
 it was when evaluation began (sliced to the minibatch's lanes), so test episodes cannot see each
@@ -64,6 +65,9 @@ class PersistentMemoryPlugin(SupervisedPlugin):
         self._carried = strategy.states
 
     def before_eval_iteration(self, strategy, **kwargs):
+        if self.policy == "reset_episode":          # every episode, test episodes included, starts fresh
+            strategy.states = None
+            return
         strategy.states = select_lanes(clone_states(self._carried), strategy.mb_x.shape[0])
 
     def after_eval(self, strategy, **kwargs):
