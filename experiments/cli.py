@@ -71,7 +71,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             fh.write(text + "\n")
         with open(os.path.join(args.out, f"{args.name}.json"), "w") as fh:
             json.dump([{"label": r.config.label(), "R": r.R, "summary": r.summary, "tokens_after": r.tokens_after,
-                        "state_bytes": r.state_bytes, "run_id": r.run_id} for r in results], fh, indent=1)
+                        "state_bytes": r.state_bytes, "run_id": r.run_id, "meta_history": r.meta_history}
+                       for r in results], fh, indent=1)
         if results:
             print("plot:", compare.curves_plot(results, os.path.join(args.out, f"{args.name}.png"), args.name))
         for label, err in failures:

@@ -1,5 +1,9 @@
 """Comparisons across runs: mean and spread over seeds, never a single run.
 
+The meta-training score (the task metric on the last meta-training batches) is shown beside the
+stream's numbers: a mixer that never learned the task in meta-training cannot forget it, so its
+forgetting numbers mean nothing.
+
 Rows group runs that differ only by seed (same stream, layers, strategy, memory policy, and every other
 config value); each cell is ``mean ± std (n)`` over seeds.
 """
@@ -36,11 +40,12 @@ def group_results(results: Iterable) -> Dict[str, List]:
 def table(results: Iterable, extra: Sequence[str] = ()) -> str:
     """A markdown table: one row per configuration, mean ± std (n seeds) of the summary numbers."""
     groups = group_results(results)
-    head = ["configuration", *COLUMNS, "state bytes/layer/lane", *extra]
+    head = ["configuration", "meta-train score", *COLUMNS, "state bytes/layer/lane", *extra]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(groups):
         runs = groups[key]
-        cells = [key] + [_stats([r.summary.get(c, math.nan) for r in runs]) for c in COLUMNS]
+        meta = [r.meta_history[-1].get(r.metric, math.nan) if r.meta_history else math.nan for r in runs]
+        cells = [key, _stats(meta)] + [_stats([r.summary.get(c, math.nan) for r in runs]) for c in COLUMNS]
         lanes = runs[0].config.strategy.train_mb_size
         cells.append(" / ".join(str(b // lanes) for b in runs[0].state_bytes))
         lines.append("| " + " | ".join(cells) + " |")
