@@ -24,6 +24,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                          help="KEY=V1;V2;... (repeatable), e.g. --grid 'model.layers=[ovq];[full]' --grid 'seed=0;1;2'")
     sweep_p.add_argument("--name", default="sweep", help="name of the parent MLflow run")
     sweep_p.add_argument("--out", default="outputs/sweeps", help="folder for the table and the plot")
+    cmp_p = sub.add_parser("compare", help="mean ± std over seeds of the finished runs in an MLflow experiment")
+    cmp_p.add_argument("--experiment", default="ovq-cl")
+    cmp_p.add_argument("--tracking-uri", default=None)
+    cmp_p.add_argument("--filter", default="", help="an MLflow search filter, e.g. \"params.strategy.name = 'frozen'\"")
     sizes = sub.add_parser("state-sizes", help="print every mixer's state bytes per layer and lane against T")
     sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)
@@ -78,6 +82,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         for label, err in failures:
             print(f"FAILED {label}: {err}")
         return 1 if failures else 0
+    elif args.command == "compare":
+        from experiments.compare import mlflow_table
+
+        print(mlflow_table(args.experiment, args.tracking_uri, args.filter))
     elif args.command == "state-sizes":
         from experiments.state_sizes import state_size_table
 

@@ -28,13 +28,51 @@ def _stats(values: Sequence[float]) -> str:
     return f"{mean:.3f} ± {spread:.3f} ({len(values)})"
 
 
+IGNORED_PREFIXES = ("seed", "tracking.", "checkpoint.", "output_dir", "progress")
+
+
+def _varying(param_sets: Sequence[Dict[str, str]]) -> List[str]:
+    """Config keys (not seed, tracking, checkpoints) whose values differ between runs."""
+    keys = set().union(*param_sets) if param_sets else set()
+    return sorted(k for k in keys if not k.startswith(IGNORED_PREFIXES)
+                  and len({p.get(k) for p in param_sets}) > 1)
+
+
+def group_by_config(items: Sequence, params_of) -> Dict[str, List]:
+    """Items whose configs differ only by seed share a group; the group's name lists the differing values."""
+    params = [params_of(it) for it in items]
+    varying = _varying(params)
+    groups: Dict[str, List] = defaultdict(list)
+    for it, p in zip(items, params):
+        name = ", ".join(f"{k.split('.', 1)[-1] if k.startswith('model.') else k}={p.get(k)}" for k in varying)
+        groups[name or "all runs"].append(it)
+    return groups
+
+
 def group_results(results: Iterable) -> Dict[str, List]:
     """RunResults grouped by their config without the seed."""
-    groups: Dict[str, List] = defaultdict(list)
-    for r in results:
-        key = r.config.label().rsplit("-s", 1)[0]
-        groups[key].append(r)
-    return groups
+    from experiments.tracking import flatten_config
+
+    return group_by_config(list(results), lambda r: flatten_config(r.config))
+
+
+def mlflow_table(experiment: str, tracking_uri: str = None, filter_string: str = "") -> str:
+    """The same comparison from the runs in an MLflow experiment (finished runs only, sweep parents skipped)."""
+    from experiments.tracking import runs_table
+
+    rows = [r for r in runs_table(experiment, tracking_uri, filter_string)
+            if r["status"] == "FINISHED" and r["tags"].get("kind") != "sweep"]
+    groups = group_by_config(rows, lambda r: r["params"])
+    head = ["configuration", "meta-train score", *COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups):
+        runs = groups[key]
+        metric = runs[0]["params"].get("stream.name", "")
+        meta = [next((v for k, v in r["metrics"].items() if k.startswith("meta_train/") and k != "meta_train/loss"
+                      and k != "meta_train/final_loss"), math.nan) for r in runs]
+        cells = [key, _stats(meta)] + [_stats([r["metrics"].get(f"final/{c}", math.nan) for r in runs]) for c in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(results: Iterable, extra: Sequence[str] = ()) -> str:

@@ -34,5 +34,15 @@ def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch):
     assert all(r["parent_run_id"] == parent["run_id"] and r["status"] == "FINISHED" for r in runs.values())
     text = compare.table(results)
     assert "± " in text and "(2)" in text and text.count("\n") == 2      # header, rule, one configuration
+    from_store = compare.mlflow_table("sweep-test", uri)
+    assert from_store.count("\n") == 2 and "(2)" in from_store and "all runs" in from_store
     png = compare.curves_plot(results, str(tmp_path / "curves.png"))
     assert open(png, "rb").read(4) == b"\x89PNG"
+
+
+def test_groups_are_named_by_the_values_that_differ_and_never_merge_configs():
+    items = [{"seed": "0", "model.vq.codebook_size": "16", "stream.name": "icr"},
+             {"seed": "1", "model.vq.codebook_size": "16", "stream.name": "icr"},
+             {"seed": "0", "model.vq.codebook_size": "32", "stream.name": "icr"}]
+    groups = compare.group_by_config(items, lambda p: p)
+    assert {k: len(v) for k, v in groups.items()} == {"vq.codebook_size=16": 2, "vq.codebook_size=32": 1}
