@@ -62,6 +62,8 @@ class GatedDeltaNetConfig:
     head_dim: Optional[int] = None
     chunk_size: int = 64
     backend: str = "auto"              # auto | naive | recurrent | fla
+    dt_min: float = 0.001              # initial decay step sizes, log-uniform in [dt_min, dt_max]
+    dt_max: float = 0.1
 
 
 @dataclass

@@ -35,11 +35,13 @@ class GatedDeltaNet(Mixer):
 
     def __init__(
         self, d_model: int, n_heads: int, head_dim: Optional[int] = None, chunk_size: int = 64,
-        backend: str = "auto",
+        backend: str = "auto", dt_min: float = 0.001, dt_max: float = 0.1,
     ) -> None:
         super().__init__(d_model, n_heads, head_dim)
         if chunk_size < 1:
             raise ValueError(f"GatedDeltaNet: chunk_size must be >= 1, got {chunk_size}")
+        if not 0 < dt_min <= dt_max:
+            raise ValueError(f"GatedDeltaNet: need 0 < dt_min <= dt_max, got {dt_min}, {dt_max}")
         if backend not in BACKENDS:
             raise ValueError(f"GatedDeltaNet: backend must be one of {BACKENDS}, got {backend!r}")
         self.add_qkvo_projections()
@@ -48,7 +50,9 @@ class GatedDeltaNet(Mixer):
         self.a_proj = nn.Linear(d_model, n_heads, bias=False)
         self.o_norm = nn.RMSNorm(self.head_dim)
         self.A_log = nn.Parameter(torch.empty(n_heads).uniform_(1, 16).log())
-        dt = torch.exp(torch.rand(n_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+        # initial step sizes log-uniform in [dt_min, dt_max] (fla's defaults: 0.001, 0.1); smaller values
+        # start the per-token decay exp(-A dt) closer to 1, i.e. a longer memory
+        dt = torch.exp(torch.rand(n_heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))   # softplus^-1(dt)
         self.chunk_size, self.backend = chunk_size, backend
 
