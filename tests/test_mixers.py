@@ -171,3 +171,17 @@ def test_sliding_window_equals_full_attention_within_the_window_and_stops_growin
     assert rel_err(y_swa[:, :16], y_full[:, :16]) < 1e-12
     assert rel_err(y_swa[:, 16:], y_full[:, 16:]) > 1e-6
     assert state.keys.shape[2] == 15 and swa.state_nbytes(10**6) == swa.state_nbytes(16)
+
+
+@pytest.mark.parametrize("past,T,window", [(0, 37, 5), (11, 29, 6), (3, 4, 8), (0, 64, 16)])
+def test_blocked_sliding_window_equals_the_dense_mask(past, T, window):
+    """The O(T W) blocked path against one dense masked softmax over cache + sequence."""
+    g = torch.Generator().manual_seed(past + T)
+    q, k, v = (torch.randn(2, past + T, 3, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    _, cache = softmax_attention(q[:, :past], k[:, :past], v[:, :past], window=window) if past else (None, None)
+    o, _ = softmax_attention(q[:, past:], k[:, past:], v[:, past:], window=window, initial_state=cache)
+    s = torch.einsum("bthd,bshd->bhts", q, k) / 8 ** 0.5
+    pos = torch.arange(past + T)
+    allowed = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
+    ref = torch.einsum("bhts,bshd->bthd", s.masked_fill(~allowed, float("-inf")).softmax(-1), v)[:, past:]
+    assert rel_err(o, ref) < 1e-12

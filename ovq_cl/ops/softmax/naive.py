@@ -25,6 +25,16 @@ class KVCacheState(MixerState):
     seen: int = 0
 
 
+def _masked_attention(q, k, v, offset: int, window: Optional[int], scale: Optional[float]) -> torch.Tensor:
+    """q: [B, H, Tq, D] at key positions offset .. offset + Tq - 1 of k, v: [B, H, S, D]."""
+    rows = torch.arange(q.shape[2], device=q.device).unsqueeze(1) + offset
+    cols = torch.arange(k.shape[2], device=q.device).unsqueeze(0)
+    mask = cols <= rows
+    if window is not None:
+        mask = mask & (cols > rows - window)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
 def softmax_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float] = None,
     window: Optional[int] = None, initial_state: Optional[KVCacheState] = None,
@@ -50,13 +60,19 @@ def softmax_attention(
     T, S = qt.shape[2], kt.shape[2]
     if past == 0 and (window is None or window >= T):
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale)
+    elif window is None:
+        o = _masked_attention(qt, kt, vt, past, None, scale)
     else:
-        rows = torch.arange(T, device=q.device).unsqueeze(1) + past
-        cols = torch.arange(S, device=q.device).unsqueeze(0)
-        mask = cols <= rows
-        if window is not None:
-            mask = mask & (cols > rows - window)
-        o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale)
+        # blocks of `window` queries, each against its own window of keys: O(T W), not O(T S)
+        outs = []
+        for start in range(0, T, window):
+            stop = min(start + window, T)
+            k_lo = max(0, past + start - window + 1)
+            outs.append(_masked_attention(
+                qt[:, :, start:stop], kt[:, :, k_lo:past + stop], vt[:, :, k_lo:past + stop],
+                past + start - k_lo, window, scale,
+            ))
+        o = torch.cat(outs, dim=2)
     final = None
     if output_final_state:
         keep = S if window is None else min(S, window - 1)
