@@ -1,7 +1,12 @@
 import os
 
-import pytest
-import torch
+# Triton reads TRITON_INTERPRET once, when it is first imported, and several modules import it
+# (fla, ovq_cl's Triton kernels): set it before any of them so that the kernels run on the CPU in
+# every test worker. An explicit TRITON_INTERPRET=0 (GPU runs, benchmarks/gpu_check.sh) wins.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + os.path.join(os.path.dirname(__file__), "..", ".pytest_mlruns.db"))
 torch.set_num_threads(1)
