@@ -54,6 +54,16 @@ def test_codebook_fixed_in_eval_and_learns_in_training():
     assert errors[-1] < errors[0]
 
 
+def test_training_backward_after_the_ema_update_at_benchmark_size():
+    """The EMA update runs inside forward; the graph must not depend on the codebook it replaced."""
+    torch.manual_seed(0)
+    layer = VQAttention(d_model=64, n_heads=4, codebook_size=256, chunk_size=32).train()
+    before = layer.codebook.clone()
+    y, _ = layer(torch.randn(1, 256, 64))
+    y.square().mean().backward()
+    assert layer.k_proj.weight.grad is not None and not torch.equal(layer.codebook, before)
+
+
 def test_straight_through_and_commitment_loss_reach_the_key_projection():
     torch.manual_seed(0)
     layer = VQAttention(d_model=16, n_heads=2, codebook_size=8, chunk_size=4, commitment_weight=1.0)

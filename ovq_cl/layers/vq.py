@@ -76,7 +76,8 @@ class VQAttention(Mixer):
         g = self.ema_decay
         self.ema_counts.mul_(g).add_(counts, alpha=1 - g)
         self.ema_sums.mul_(g).add_(sums, alpha=1 - g)
-        self.codebook.copy_(l2norm(self.ema_sums / self.ema_counts.clamp_min(1e-6).unsqueeze(-1)))
+        # a new tensor, not an in-place write: this forward's graph saved the old codebook
+        self.codebook = l2norm(self.ema_sums / self.ema_counts.clamp_min(1e-6).unsqueeze(-1))
 
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         S, d, L = self.codebook.shape[1], self.head_dim, self.chunk_size

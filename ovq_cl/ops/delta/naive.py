@@ -50,11 +50,11 @@ def gated_delta_rule_chunked(
     gt, bt = g.to(dtype).transpose(1, 2), beta.to(dtype).transpose(1, 2)  # [B, H, T]
     S = qt.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state.to(dtype)
     outputs = []
-    for start in range(0, T, chunk_size):
-        sl = slice(start, start + chunk_size)
-        qc, kc, vc, bc = qt[:, :, sl], kt[:, :, sl], vt[:, :, sl], bt[:, :, sl]
+    # split once: slicing per chunk would make the backward O(T^2 / chunk) (one full-size grad per slice)
+    chunks = zip(*(x.split(chunk_size, 2) for x in (qt, kt, vt, bt, gt)))
+    for qc, kc, vc, bc, gc in chunks:
         C = qc.shape[2]
-        G = gt[:, :, sl].cumsum(-1)                                          # [B, H, C]
+        G = gc.cumsum(-1)                                                    # [B, H, C]
         diff = G.unsqueeze(-1) - G.unsqueeze(-2)                             # G_i - G_j
         lower = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
         decay = torch.where(lower, diff, torch.full_like(diff, float("-inf"))).exp()  # exp(G_i - G_j), j <= i

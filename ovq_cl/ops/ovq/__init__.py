@@ -1,7 +1,16 @@
-"""OVQ attention: ``ovq_attention(q, k, v, beta, params, initial_state, output_final_state)``.
+"""OVQ attention: ``ovq_attention(q, k, v, beta, params, initial_state, output_final_state, backend)``.
 
-``backend="auto"`` picks the fastest implementation available for the inputs' device (for now the
-chunked PyTorch reference everywhere); "naive" and "recurrent" force the references.
+Backends (all give the same outputs, gradients and final state, up to float rounding):
+
+- ``"auto"`` (default): the Triton kernels on CUDA tensors when triton imports, the chunked PyTorch
+  reference otherwise (the CPU path).
+- ``"naive"``: the chunked PyTorch reference (:func:`~ovq_cl.ops.ovq.naive.ovq_attention_chunked`).
+- ``"recurrent"``: token-by-token decoding, an independent code path for tests.
+- ``"triton"``: forces the Triton kernels (:mod:`ovq_cl.ops.ovq.triton`); on CPU tensors only when
+  the Triton interpreter is on (``TRITON_INTERPRET=1`` set before triton is imported), otherwise a
+  ValueError says why.
+
+The Triton module is imported lazily, so importing ``ovq_cl`` never imports triton on a CPU machine.
 """
 from __future__ import annotations
 
@@ -10,7 +19,9 @@ from typing import Optional, Tuple
 import torch
 
 from ovq_cl.ops.ovq.naive import (
+    REFERENCE,
     OVQParams,
+    OVQPrimitives,
     OVQState,
     absorb_chunk,
     dictionary_chunk_read,
@@ -19,9 +30,35 @@ from ovq_cl.ops.ovq.naive import (
     growth_target,
     ovq_attention_chunked,
     ovq_attention_recurrent,
+    ovq_chunk_loop,
 )
 
-BACKENDS = ("auto", "naive", "recurrent")
+BACKENDS = ("auto", "naive", "recurrent", "triton")
+
+
+def triton_primitives() -> Optional[OVQPrimitives]:
+    """The Triton primitives, or None when triton cannot be imported on this machine."""
+    try:
+        from ovq_cl.ops.ovq.triton import TRITON
+    except Exception:  # triton missing or broken here
+        return None
+    return TRITON
+
+
+def _triton_usable(q: torch.Tensor) -> Tuple[Optional[OVQPrimitives], str]:
+    prims = triton_primitives()
+    if prims is None:
+        return None, "triton cannot be imported here (pip install triton, Linux only)"
+    if q.is_cuda:
+        return prims, ""
+    from ovq_cl.ops.ovq import triton as triton_module
+
+    if not triton_module.INTERPRET:
+        return None, (
+            f"the inputs are on {q.device.type}, and the Triton interpreter is off: set TRITON_INTERPRET=1 "
+            "before triton is first imported to run the kernels on CPU, or use backend='naive'"
+        )
+    return prims, ""
 
 
 def ovq_attention(
@@ -33,10 +70,18 @@ def ovq_attention(
         raise ValueError(f"ovq_attention: backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "recurrent":
         return ovq_attention_recurrent(q, k, v, beta, params, initial_state, output_final_state)
-    return ovq_attention_chunked(q, k, v, beta, params, initial_state, output_final_state)
+    prims = REFERENCE
+    if backend == "triton":
+        prims, why = _triton_usable(q)
+        if prims is None:
+            raise ValueError(f"ovq_attention: backend 'triton' is not available: {why}")
+    elif backend == "auto" and q.is_cuda:
+        prims = triton_primitives() or REFERENCE
+    return ovq_chunk_loop(q, k, v, beta, params, initial_state, output_final_state, prims)
 
 
 __all__ = [
-    "BACKENDS", "OVQParams", "OVQState", "absorb_chunk", "dictionary_chunk_read", "empty_ovq_state",
-    "growth_curve", "growth_target", "ovq_attention", "ovq_attention_chunked", "ovq_attention_recurrent",
+    "BACKENDS", "OVQParams", "OVQPrimitives", "OVQState", "REFERENCE", "absorb_chunk", "dictionary_chunk_read",
+    "empty_ovq_state", "growth_curve", "growth_target", "ovq_attention", "ovq_attention_chunked",
+    "ovq_attention_recurrent", "ovq_chunk_loop", "triton_primitives",
 ]

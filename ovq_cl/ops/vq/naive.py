@@ -100,15 +100,19 @@ def vq_attention(
     counts, values = state.counts, state.values
     prev_k, prev_v, prev_c = state.prev_keys, state.prev_values, state.prev_codes
     seen, outputs = state.seen, []
-    for start in range(0, total, L):
-        end = min(start + L, total)
+    # split once: slicing per chunk would make the backward O(T^2 / L) (one full-size grad per slice);
+    # the queries are padded in front so that their chunks line up with the keys'
+    q_padded = torch.cat([qt.new_zeros(B, H, n_pending, Dk), qt], dim=2) if n_pending else qt
+    chunks = zip(q_padded.split(L, 2), k_all.split(L, 2), v_all.split(L, 2), c_all.split(L, 2))
+    for index, (qc, kc, vc, cc) in enumerate(chunks):
+        start = index * L
+        end = start + kc.shape[2]
         q_start = max(start, n_pending)
-        kc, vc, cc = k_all[:, :, start:end], v_all[:, :, start:end], c_all[:, :, start:end]
         if state_grad == "detach":
             values, prev_k, prev_v = values.detach(), prev_k.detach(), prev_v.detach()
         n_prev = prev_k.shape[2]
         outputs.append(dictionary_chunk_read(
-            qt[:, :, q_start - n_pending:end - n_pending], torch.cat([prev_k, kc], 2), torch.cat([prev_v, vc], 2),
+            qc[:, :, q_start - start:], torch.cat([prev_k, kc], 2), torch.cat([prev_v, vc], 2),
             dict_keys, values, counts.log(), beta, q_offset=n_prev + q_start - start,
         ))
         if end - start == L:

@@ -1,0 +1,454 @@
+"""OVQ attention, Triton kernels: the chunk read (forward and backward) and the dictionary argmax.
+
+The chunk loop (growth, spread init, k-means merge as gather/scatter-add) is the one of
+:mod:`ovq_cl.ops.ovq.naive`; this module only swaps its per-chunk primitives (:data:`TRITON`):
+
+- :func:`triton_chunk_read` (an autograd Function) computes, per lane and head,
+  ``softmax([beta Q D_k^T + log c | beta Q K^T (causal)]) [D_v ; V]`` flash-attention style: one
+  program per block of queries runs ONE online softmax over tiles of dictionary rows and then over
+  tiles of the chunk's keys (up to the causal limit), keeping the running max and sum in registers;
+  no [Lq, n + Lc] score matrix is ever written to memory. The forward saves the row logsumexp; the
+  backward recomputes the scores tile by tile from it (one kernel over key tiles for dK, dV and
+  d log c, one over query blocks for dQ); d beta follows from dQ: ``d beta = sum Q . dQ_scaled``.
+- :func:`triton_max_similarity`: ``max_n k_i . D_k[n]`` and the first argmax, with a running max
+  over tiles, never materialising the [L, n] similarities.
+
+Numerics: every dot product uses ``tl.dot`` in IEEE precision (no TF32) with fp32 accumulation (fp64
+when the inputs are fp64, which only the interpreter is used for); block sizes are >= 16 and the
+head dimensions are padded to a power of two with masks, so any Dk, Dv, n, Lq, Lc work.
+
+On CPU the kernels run under the Triton interpreter: set ``TRITON_INTERPRET=1`` before this module
+(or anything that imports triton) is imported. :data:`INTERPRET` records what was in force.
+"""
+from __future__ import annotations
+
+import os
+from typing import Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ovq_cl.ops.ovq.naive import OVQPrimitives, sparse_kmeans_merge
+
+#: whether the kernels were built for the interpreter (TRITON_INTERPRET=1 when this module was imported)
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _pow2(x: int, lo: int = 16) -> int:
+    return max(lo, triton.next_power_of_2(int(x)))
+
+
+def _acc_dtype(dtype: torch.dtype):
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """Kernels address [B, H, rows, cols] with a unit stride on the last dim."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+# ----------------------------------------------------------------------------------------- forward
+
+@triton.jit
+def _read_fwd_kernel(
+    Q, K, V, DK, DV, LC, BETA, O, LSE,
+    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
+    sdk_b, sdk_h, sdk_n, sdv_b, sdv_h, sdv_n, slc_b, slc_h,
+    so_b, so_h, so_l,
+    H, LQ, LCH, NDICT, DKDIM, DVDIM, Q_OFFSET,
+    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < LQ
+    dk_ok = offs_dk < DKDIM
+    dv_ok = offs_dv < DVDIM
+    beta = tl.load(BETA + h).to(ACC)
+    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_dk[None, :],
+                mask=row_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC) * beta
+    m_i = tl.full([BLOCK_M], float("-inf"), ACC)
+    l_i = tl.zeros([BLOCK_M], ACC)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], ACC)
+    # the dictionary: n rows with log-count bias (-inf = empty slot)
+    for start_n in range(0, NDICT, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < NDICT
+        kt = tl.load(DK + b * sdk_b + h * sdk_h + offs_n[None, :] * sdk_n + offs_dk[:, None],
+                     mask=col_ok[None, :] & dk_ok[:, None], other=0.0).to(ACC)
+        bias = tl.load(LC + b * slc_b + h * slc_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
+        s = tl.dot(q, kt, input_precision="ieee", out_dtype=ACC) + bias[None, :]
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        vv = tl.load(DV + b * sdv_b + h * sdv_h + offs_n[:, None] * sdv_n + offs_dv[None, :],
+                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        acc = acc * alpha[:, None] + tl.dot(p, vv, input_precision="ieee", out_dtype=ACC)
+        m_i = m_new
+    # the chunk's own keys, count 1 each, causal: query i sees local positions j <= Q_OFFSET + i
+    hi = tl.minimum(LCH, Q_OFFSET + (pid_m + 1) * BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < LCH
+        kt = tl.load(K + b * sk_b + h * sk_h + offs_n[None, :] * sk_l + offs_dk[:, None],
+                     mask=col_ok[None, :] & dk_ok[:, None], other=0.0).to(ACC)
+        s = tl.dot(q, kt, input_precision="ieee", out_dtype=ACC)
+        seen = col_ok[None, :] & (offs_n[None, :] <= (Q_OFFSET + offs_m)[:, None])
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        vv = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l + offs_dv[None, :],
+                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        acc = acc * alpha[:, None] + tl.dot(p, vv, input_precision="ieee", out_dtype=ACC)
+        m_i = m_new
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / l_safe[:, None]
+    tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_dv[None, :],
+             out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
+    lse = tl.where(l_i > 0, m_i + tl.log(l_safe), float("-inf"))
+    tl.store(LSE + pid_bh * LQ + offs_m, lse, mask=row_ok)
+
+
+# ---------------------------------------------------------------------------------------- backward
+
+@triton.jit
+def _read_bwd_kv_kernel(
+    Q, KEYS, VALS, BIAS, BETA, DO, LSE, DELTA, DKEYS, DVALS, DBIAS,
+    sq_b, sq_h, sq_l, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sb_b, sb_h, sdo_b, sdo_h, sdo_l,
+    H, LQ, NCOLS, DKDIM, DVDIM, Q_OFFSET,
+    IS_LOCAL: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """One program per tile of key columns (dictionary rows, or the chunk's keys when IS_LOCAL):
+    loops over the query blocks that see the tile, accumulating dK, dV (and d log c)."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    col_ok = offs_n < NCOLS
+    dk_ok = offs_dk < DKDIM
+    dv_ok = offs_dv < DVDIM
+    beta = tl.load(BETA + h).to(ACC)
+    kk = tl.load(KEYS + b * sk_b + h * sk_h + offs_n[:, None] * sk_n + offs_dk[None, :],
+                 mask=col_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC)
+    vv = tl.load(VALS + b * sv_b + h * sv_h + offs_n[:, None] * sv_n + offs_dv[None, :],
+                 mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+    if IS_LOCAL:
+        bias = tl.zeros([BLOCK_N], ACC)
+        lo = tl.maximum(pid_n * BLOCK_N - Q_OFFSET, 0)
+        lo = (lo // BLOCK_M) * BLOCK_M
+    else:
+        bias = tl.load(BIAS + b * sb_b + h * sb_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
+        lo = 0
+    dk_acc = tl.zeros([BLOCK_N, BLOCK_DK], ACC)
+    dv_acc = tl.zeros([BLOCK_N, BLOCK_DV], ACC)
+    db_acc = tl.zeros([BLOCK_N], ACC)
+    for start_m in range(lo, LQ, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < LQ
+        q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_dk[None, :],
+                    mask=row_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC) * beta
+        do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l + offs_dv[None, :],
+                     mask=row_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        lse = tl.load(LSE + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
+        s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC) + bias[None, :]
+        ok = row_ok[:, None] & col_ok[None, :]
+        if IS_LOCAL:
+            ok = ok & (offs_n[None, :] <= (Q_OFFSET + offs_m)[:, None])
+        p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
+        ds = p * (dp - delta[:, None])
+        dv_acc += tl.dot(tl.trans(p), do, input_precision="ieee", out_dtype=ACC)
+        dk_acc += tl.dot(tl.trans(ds), q, input_precision="ieee", out_dtype=ACC)
+        db_acc += tl.sum(ds, 0)
+    # gradients are written to contiguous [B*H, NCOLS, D] buffers
+    tl.store(DKEYS + (pid_bh * NCOLS + offs_n[:, None]) * DKDIM + offs_dk[None, :],
+             dk_acc, mask=col_ok[:, None] & dk_ok[None, :])
+    tl.store(DVALS + (pid_bh * NCOLS + offs_n[:, None]) * DVDIM + offs_dv[None, :],
+             dv_acc, mask=col_ok[:, None] & dv_ok[None, :])
+    if not IS_LOCAL:
+        tl.store(DBIAS + pid_bh * NCOLS + offs_n, db_acc, mask=col_ok)
+
+
+@triton.jit
+def _read_bwd_q_kernel(
+    Q, K, V, DK, DV, LC, BETA, DO, LSE, DELTA, DQS,
+    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
+    sdk_b, sdk_h, sdk_n, sdv_b, sdv_h, sdv_n, slc_b, slc_h, sdo_b, sdo_h, sdo_l,
+    H, LQ, LCH, NDICT, DKDIM, DVDIM, Q_OFFSET,
+    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """One program per block of queries: the gradient of the beta-scaled queries, sum_j dS_ij K_j,
+    over the dictionary tiles then the causal local tiles (scores recomputed from the logsumexp)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < LQ
+    dk_ok = offs_dk < DKDIM
+    dv_ok = offs_dv < DVDIM
+    beta = tl.load(BETA + h).to(ACC)
+    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_dk[None, :],
+                mask=row_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC) * beta
+    do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l + offs_dv[None, :],
+                 mask=row_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+    lse = tl.load(LSE + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_DK], ACC)
+    for start_n in range(0, NDICT, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < NDICT
+        kk = tl.load(DK + b * sdk_b + h * sdk_h + offs_n[:, None] * sdk_n + offs_dk[None, :],
+                     mask=col_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC)
+        vv = tl.load(DV + b * sdv_b + h * sdv_h + offs_n[:, None] * sdv_n + offs_dv[None, :],
+                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        bias = tl.load(LC + b * slc_b + h * slc_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
+        s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC) + bias[None, :]
+        p = tl.where(row_ok[:, None] & col_ok[None, :], tl.exp(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds, kk, input_precision="ieee", out_dtype=ACC)
+    hi = tl.minimum(LCH, Q_OFFSET + (pid_m + 1) * BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < LCH
+        kk = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_l + offs_dk[None, :],
+                     mask=col_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC)
+        vv = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l + offs_dv[None, :],
+                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC)
+        ok = row_ok[:, None] & col_ok[None, :] & (offs_n[None, :] <= (Q_OFFSET + offs_m)[:, None])
+        p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds, kk, input_precision="ieee", out_dtype=ACC)
+    tl.store(DQS + (pid_bh * LQ + offs_m[:, None]) * DKDIM + offs_dk[None, :], dq,
+             mask=row_ok[:, None] & dk_ok[None, :])
+
+
+# -------------------------------------------------------------------------------- max similarity
+
+@triton.jit
+def _max_sim_kernel(
+    K, DK, BEST, ARG,
+    sk_b, sk_h, sk_l, sdk_b, sdk_h, sdk_n,
+    H, L, NDICT, DKDIM,
+    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_dk = tl.arange(0, BLOCK_DK)
+    row_ok = offs_m < L
+    dk_ok = offs_dk < DKDIM
+    k = tl.load(K + b * sk_b + h * sk_h + offs_m[:, None] * sk_l + offs_dk[None, :],
+                mask=row_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC)
+    best = tl.full([BLOCK_M], float("-inf"), ACC)
+    arg = tl.zeros([BLOCK_M], tl.int32)
+    for start_n in range(0, NDICT, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < NDICT
+        dt = tl.load(DK + b * sdk_b + h * sdk_h + offs_n[None, :] * sdk_n + offs_dk[:, None],
+                     mask=col_ok[None, :] & dk_ok[:, None], other=0.0).to(ACC)
+        s = tl.dot(k, dt, input_precision="ieee", out_dtype=ACC)
+        s = tl.where(col_ok[None, :], s, float("-inf"))
+        tile_best = tl.max(s, 1)
+        tile_arg = tl.argmax(s, 1, tie_break_left=True).to(tl.int32) + start_n
+        better = tile_best > best                       # strict: earlier tiles win ties (first index)
+        best = tl.where(better, tile_best, best)
+        arg = tl.where(better, tile_arg, arg)
+    tl.store(BEST + pid_bh * L + offs_m, best, mask=row_ok)
+    tl.store(ARG + pid_bh * L + offs_m, arg.to(tl.int64), mask=row_ok)
+
+
+# ------------------------------------------------------------------------------------ launchers
+
+def _blocks(lq: int, dk: int, dv: int) -> Tuple[int, int, int, int]:
+    block_m = min(64, _pow2(lq))
+    return block_m, 64, _pow2(dk), _pow2(dv)
+
+
+def _check(*tensors: torch.Tensor) -> None:
+    dev = tensors[0].device
+    if dev.type != "cuda" and not INTERPRET:
+        raise ValueError(
+            "ovq triton kernels: tensors are on the CPU but the Triton interpreter is off; set "
+            "TRITON_INTERPRET=1 before triton is imported, or use backend='naive'"
+        )
+    for t in tensors:
+        if t.device != dev:
+            raise ValueError("ovq triton kernels: all tensors must be on one device")
+
+
+def _nonempty(*ts: torch.Tensor):
+    """An empty dictionary is never read (its loops run 0 times), but its pointers must still be valid."""
+    return [t if t.numel() else torch.zeros((1,) * t.dim(), device=t.device, dtype=t.dtype) for t in ts]
+
+
+def _read_forward(q, k, v, dk_, dv_, lc, beta, q_offset):
+    bsz, heads, lq, dkdim = q.shape
+    lch, dvdim, n = k.shape[2], v.shape[-1], dk_.shape[2]
+    if n == 0:
+        dk_, dv_, lc = _nonempty(dk_, dv_, lc)
+    o = torch.empty(bsz, heads, lq, dvdim, device=q.device, dtype=q.dtype)
+    lse = torch.empty(bsz * heads, lq, device=q.device, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+    bm, bn, bdk, bdv = _blocks(lq, dkdim, dvdim)
+    grid = (triton.cdiv(lq, bm), bsz * heads)
+    _read_fwd_kernel[grid](
+        q, k, v, dk_, dv_, lc, beta, o, lse,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), dk_.stride(0), dk_.stride(1), dk_.stride(2),
+        dv_.stride(0), dv_.stride(1), dv_.stride(2), lc.stride(0), lc.stride(1),
+        o.stride(0), o.stride(1), o.stride(2),
+        heads, lq, lch, n, dkdim, dvdim, q_offset,
+        ACC=_acc_dtype(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=bdk, BLOCK_DV=bdv,
+    )
+    return o, lse
+
+
+def _read_backward(q, k, v, dk_, dv_, lc, beta, o, lse, do, q_offset, needs):
+    bsz, heads, lq, dkdim = q.shape
+    lch, dvdim, n = k.shape[2], v.shape[-1], dk_.shape[2]
+    acc_t = lse.dtype
+    bh = bsz * heads
+    delta = (do.to(acc_t) * o.to(acc_t)).sum(-1).reshape(bh, lq).contiguous()
+    bm, bn, bdk, bdv = _blocks(lq, dkdim, dvdim)
+    ACC = _acc_dtype(q.dtype)
+    dq = dk = dv = ddk = ddv = dlc = dbeta = None
+    empty = (dk_, dv_, lc)
+    if n == 0:
+        dk_, dv_, lc = _nonempty(dk_, dv_, lc)
+    if needs["q"] or needs["beta"]:
+        dqs = torch.empty(bh, lq, dkdim, device=q.device, dtype=acc_t)
+        _read_bwd_q_kernel[(triton.cdiv(lq, bm), bh)](
+            q, k, v, dk_, dv_, lc, beta, do, lse, delta, dqs,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), dk_.stride(0), dk_.stride(1), dk_.stride(2),
+            dv_.stride(0), dv_.stride(1), dv_.stride(2), lc.stride(0), lc.stride(1),
+            do.stride(0), do.stride(1), do.stride(2),
+            heads, lq, lch, n, dkdim, dvdim, q_offset,
+            ACC=ACC, BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=bdk, BLOCK_DV=bdv,
+        )
+        dqs = dqs.view(bsz, heads, lq, dkdim)
+        bshape = beta.view(1, -1, 1, 1).to(acc_t)
+        if needs["q"]:
+            dq = (dqs * bshape).to(q.dtype)
+        if needs["beta"]:
+            dbeta = (dqs * q.to(acc_t)).sum(dim=(0, 2, 3)).to(beta.dtype)
+    for is_local, keys, vals, ncols, want_k, want_v in (
+        (False, dk_, dv_, n, needs["dict_keys"] or needs["log_counts"], needs["dict_values"]),
+        (True, k, v, lch, needs["k"], needs["v"]),
+    ):
+        if ncols == 0 or not (want_k or want_v):
+            continue
+        gk = torch.empty(bh, ncols, dkdim, device=q.device, dtype=acc_t)
+        gv = torch.empty(bh, ncols, dvdim, device=q.device, dtype=acc_t)
+        gb = torch.empty(bh, ncols, device=q.device, dtype=acc_t) if not is_local else gk
+        _read_bwd_kv_kernel[(triton.cdiv(ncols, bn), bh)](
+            q, keys, vals, lc, beta, do, lse, delta, gk, gv, gb,
+            q.stride(0), q.stride(1), q.stride(2), keys.stride(0), keys.stride(1), keys.stride(2),
+            vals.stride(0), vals.stride(1), vals.stride(2), lc.stride(0), lc.stride(1),
+            do.stride(0), do.stride(1), do.stride(2),
+            heads, lq, ncols, dkdim, dvdim, q_offset,
+            IS_LOCAL=is_local, ACC=ACC, BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=bdk, BLOCK_DV=bdv,
+        )
+        gk = gk.view(bsz, heads, ncols, dkdim).to(q.dtype)
+        gv = gv.view(bsz, heads, ncols, dvdim).to(q.dtype)
+        if is_local:
+            dk, dv = gk, gv
+        else:
+            ddk, ddv = gk, gv
+            dlc = gb.view(bsz, heads, ncols).to(lc.dtype)
+    if n == 0:
+        ddk, ddv, dlc = (torch.zeros_like(t) for t in empty)
+    return dq, dk, dv, ddk, ddv, dlc, dbeta
+
+
+class _ChunkRead(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, dict_keys, dict_values, log_counts, beta, q_offset):
+        q, k, v, dict_keys, dict_values = (_rows(t) for t in (q, k, v, dict_keys, dict_values))
+        log_counts = _rows(log_counts)
+        beta = beta.contiguous()
+        o, lse = _read_forward(q, k, v, dict_keys, dict_values, log_counts, beta, q_offset)
+        ctx.save_for_backward(q, k, v, dict_keys, dict_values, log_counts, beta, o, lse)
+        ctx.q_offset = q_offset
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, dict_keys, dict_values, log_counts, beta, o, lse = ctx.saved_tensors
+        names = ("q", "k", "v", "dict_keys", "dict_values", "log_counts", "beta")
+        needs = dict(zip(names, ctx.needs_input_grad[:7]))
+        grads = _read_backward(
+            q, k, v, dict_keys, dict_values, log_counts, beta, o, lse, _rows(do), ctx.q_offset, needs
+        )
+        return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:7])) + (None,)
+
+
+def triton_chunk_read(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    dict_keys: torch.Tensor, dict_values: torch.Tensor, log_counts: torch.Tensor,
+    beta: torch.Tensor, q_offset: int = 0,
+) -> torch.Tensor:
+    """The OVQ chunk read on Triton kernels; contract of :func:`ovq_cl.ops.dictionary.dictionary_chunk_read`.
+
+    q: [B, H, Lq, Dk]; k, v: [B, H, Lc, Dk], [B, H, Lc, Dv]; dict_keys, dict_values: [B, H, n, *]
+    (n may be 0); log_counts: [B, H, n] (-inf = empty slot); beta: [H]; query i sits at local position
+    q_offset + i (< Lc). Differentiable in every tensor argument. Returns [B, H, Lq, Dv].
+    """
+    _check(q, k, v, dict_keys, dict_values, log_counts, beta)
+    dtype = q.dtype
+    args = [t.to(dtype) for t in (q, k, v, dict_keys, dict_values, log_counts, beta)]
+    return _ChunkRead.apply(*args, int(q_offset))
+
+
+def triton_max_similarity(k: torch.Tensor, dict_keys: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``max_n k_i . D_k[n]`` and its first argmax without materialising the [L, n] similarities.
+
+    k: [B, H, L, Dk]; dict_keys: [B, H, n, Dk] (n >= 1). Returns ([B, H, L] dtype of k, [B, H, L] int64).
+    Not differentiable (the assignment is a constant for autograd).
+    """
+    _check(k, dict_keys)
+    k, dict_keys = _rows(k.detach()), _rows(dict_keys.detach().to(k.dtype))
+    bsz, heads, L, dkdim = k.shape
+    n = dict_keys.shape[2]
+    if n == 0:
+        raise ValueError("triton_max_similarity: the dictionary is empty")
+    best = torch.empty(bsz, heads, L, device=k.device, dtype=k.dtype)
+    arg = torch.empty(bsz, heads, L, device=k.device, dtype=torch.int64)
+    bm = min(64, _pow2(L))
+    _max_sim_kernel[(triton.cdiv(L, bm), bsz * heads)](
+        k, dict_keys, best, arg,
+        k.stride(0), k.stride(1), k.stride(2), dict_keys.stride(0), dict_keys.stride(1), dict_keys.stride(2),
+        heads, L, n, dkdim,
+        ACC=_acc_dtype(k.dtype), BLOCK_M=bm, BLOCK_N=64, BLOCK_DK=_pow2(dkdim),
+    )
+    return best, arg
+
+
+#: the chunk loop's primitives on Triton (the k-means merge stays a torch gather/scatter-add)
+TRITON = OVQPrimitives("triton", triton_chunk_read, triton_max_similarity, sparse_kmeans_merge)
+
+__all__ = ["INTERPRET", "TRITON", "triton_chunk_read", "triton_max_similarity"]

@@ -1,0 +1,253 @@
+"""OVQ Triton kernels against the PyTorch reference: outputs, every gradient, the final state.
+
+On a machine without a GPU the kernels run under the Triton interpreter, switched on here before
+triton is first imported by our kernels (the interpreter is slow: small, deliberately awkward shapes:
+T not a multiple of L, head dims that are not powers of two, N not a power of two, n_active < N).
+On a CUDA machine the same tests run the compiled kernels on the GPU.
+"""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # must precede the first import of our kernels (triton.jit picks the interpreter at decoration)
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch.nn.functional as F
+
+from ovq_cl.ops.dictionary import dictionary_chunk_read
+from ovq_cl.ops.ovq import OVQParams, ovq_attention
+from ovq_cl.ops.ovq.naive import (
+    assign_to_slots, chunk_read, first_argmax, kmeans_merge, max_similarity, sparse_kmeans_merge,
+)
+
+from conftest import rel_err
+
+try:
+    from ovq_cl.ops.ovq import triton as ovq_triton
+
+    _probe = torch.ones(1, 1, 2, 16, device="cuda" if torch.cuda.is_available() else "cpu")
+    ovq_triton.triton_max_similarity(_probe, _probe)                    # one tiny launch: can kernels run here?
+    SKIP = None
+except Exception as exc:  # triton missing, or its interpreter cannot run here
+    ovq_triton, SKIP = None, f"ovq Triton kernels unavailable: {type(exc).__name__}: {exc}"
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+needs_triton = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+TOL = {torch.float32: 1e-4, torch.float64: 1e-10}
+READ_ARGS = ("q", "k", "v", "dict_keys", "dict_values", "log_counts", "beta")
+
+
+def read_inputs(B, H, Lq, Lc, n, D, Dv, dtype, empty_slots=0):
+    g = torch.Generator().manual_seed(Lq * 1000 + n)
+    rnd = lambda *s: torch.randn(*s, generator=g, dtype=dtype)  # noqa: E731
+    counts = torch.randint(1, 9, (B, H, n), generator=g).to(dtype)
+    counts[..., :empty_slots] = 0                                       # log count -inf: no weight
+    inputs = dict(
+        q=F.normalize(rnd(B, H, Lq, D), dim=-1), k=F.normalize(rnd(B, H, Lc, D), dim=-1), v=rnd(B, H, Lc, Dv),
+        dict_keys=F.normalize(rnd(B, H, n, D), dim=-1), dict_values=rnd(B, H, n, Dv), log_counts=counts.log(),
+        beta=torch.linspace(2.0, 12.0, H, dtype=dtype),
+    )
+    return {name: t.to(DEVICE).requires_grad_(name != "log_counts" or empty_slots == 0) for name, t in inputs.items()}
+
+
+def read_and_grads(fn, inputs, q_offset):
+    o = fn(*(inputs[a] for a in READ_ARGS), q_offset=q_offset)
+    weights = torch.randn(o.shape, generator=torch.Generator().manual_seed(7), dtype=o.dtype).to(o.device)
+    wanted = [inputs[a] for a in READ_ARGS if inputs[a].requires_grad]
+    return o, torch.autograd.grad((o * weights).sum(), wanted, allow_unused=True, materialize_grads=True)
+
+
+# Lq, Lc, q_offset, n, D, Dv, empty slots
+READ_CASES = [
+    (16, 16, 0, 37, 60, 24, 0),        # a whole chunk, n and D not powers of two
+    (5, 16, 11, 100, 32, 48, 7),       # the tail of a chunk (q_offset > 0, Lq < Lc), two dictionary tiles, empty slots
+    (20, 20, 0, 0, 17, 9, 0),          # empty dictionary: plain causal softmax attention over the chunk
+    (70, 70, 0, 130, 16, 16, 3),       # more than one block of queries and of local keys
+]
+
+
+def test_fast_torch_read_matches_shared_read():
+    """The reference's own read (fewer passes over the scores) against the read VQ shares."""
+    for case in READ_CASES:
+        Lq, Lc, off, n, D, Dv, empty = case
+        inputs = read_inputs(2, 3, Lq, Lc, n, D, Dv, torch.float64, empty)
+        o, grads = read_and_grads(chunk_read, inputs, off)
+        o_ref, grads_ref = read_and_grads(dictionary_chunk_read, inputs, off)
+        assert rel_err(o, o_ref) < 1e-12, case
+        for g, g_ref in zip(grads, grads_ref):
+            assert g_ref.numel() == 0 or rel_err(g, g_ref) < 1e-12, case
+
+
+def test_first_argmax_matches_torch_max():
+    """The reference's blocked argmax (first index on ties), odd widths, ties across blocks."""
+    for n in (1, 63, 64, 65, 200, 1000):
+        s = torch.randn(3, 5, n, dtype=torch.float64).round(decimals=1)    # many exact ties
+        best, arg = first_argmax(s)
+        ref_best, ref_arg = s.max(dim=-1)
+        assert torch.equal(best, ref_best) and torch.equal(arg, ref_arg), n
+
+
+def test_sparse_merge_in_place_equals_functional_and_a_loop():
+    """The k-means step, in place and functional, against a plain loop over slots (duplicates, skips)."""
+    g = torch.Generator().manual_seed(0)
+    B, H, N, L, D, Dv = 2, 3, 10, 16, 6, 5
+    keys = F.normalize(torch.randn(B, H, N, D, generator=g, dtype=torch.float64), dim=-1)
+    values = torch.randn(B, H, N, Dv, generator=g, dtype=torch.float64)
+    counts = torch.randint(1, 6, (B, H, N), generator=g).to(torch.float64)
+    counts[..., 8:] = 0
+    slot = torch.randint(0, 8, (B, H, L), generator=g)
+    slot[..., ::5] = N                                                  # skipped keys (new centroids)
+    k = F.normalize(torch.randn(B, H, L, D, generator=g, dtype=torch.float64), dim=-1)
+    v = torch.randn(B, H, L, Dv, generator=g, dtype=torch.float64)
+    ek, ev, ec = keys.clone(), values.clone(), counts.clone()
+    for b in range(B):
+        for h in range(H):
+            for n in range(N):
+                hit = slot[b, h] == n
+                if hit.any():
+                    c, m = counts[b, h, n], hit.sum()
+                    ek[b, h, n] = F.normalize(c * keys[b, h, n] + k[b, h][hit].sum(0), dim=0)
+                    ev[b, h, n] = (c * values[b, h, n] + v[b, h][hit].sum(0)) / (c + m)
+                    ec[b, h, n] = c + m
+    functional = kmeans_merge(keys, values, counts, slot, k, v)
+    state = (keys.clone(), values.clone(), counts.clone())
+    in_place = sparse_kmeans_merge(*state, slot, k, v, inplace=True)
+    assert in_place[0] is state[0]
+    strided = [t.transpose(0, 1).contiguous().transpose(0, 1) for t in (keys, values, counts)]   # not contiguous
+    via_scatter = sparse_kmeans_merge(*strided, slot, k, v, inplace=True)
+    for got in (functional, in_place, via_scatter):
+        for a, b in zip(got, (ek, ev, ec)):
+            assert rel_err(a, b) < 1e-12
+        untouched = ~torch.isin(torch.arange(N), slot)
+        assert torch.equal(got[0][..., untouched, :], keys[..., untouched, :])
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "case,dtype",
+    [(c, torch.float32) for c in READ_CASES] + [(c, torch.float64) for c in READ_CASES[:2]],   # (interpreter time)
+    ids=lambda x: "Lq{}-Lc{}-off{}-n{}-D{}-Dv{}-empty{}".format(*x) if isinstance(x, tuple) else str(x)[6:],
+)
+def test_read_kernel_matches_reference(case, dtype):
+    Lq, Lc, off, n, D, Dv, empty = case
+    inputs = read_inputs(2, 3, Lq, Lc, n, D, Dv, dtype, empty)
+    o, grads = read_and_grads(ovq_triton.triton_chunk_read, inputs, off)
+    o_ref, grads_ref = read_and_grads(dictionary_chunk_read, inputs, off)
+    assert rel_err(o, o_ref) < TOL[dtype]
+    names = [a for a in READ_ARGS if inputs[a].requires_grad]
+    for name, g, g_ref in zip(names, grads, grads_ref):
+        if g_ref.numel():
+            assert rel_err(g, g_ref) < TOL[dtype], name
+
+
+@needs_triton
+def test_read_kernel_log_count_gradient_and_no_grad_inputs():
+    """d log c (when asked for), and inputs that need no gradient."""
+    inputs = read_inputs(1, 2, 16, 16, 40, 24, 24, torch.float64)
+    for name in ("q", "dict_values", "beta"):
+        inputs[name].requires_grad_(False)
+    o, grads = read_and_grads(ovq_triton.triton_chunk_read, inputs, 0)
+    o_ref, grads_ref = read_and_grads(dictionary_chunk_read, inputs, 0)
+    assert rel_err(o, o_ref) < 1e-10
+    assert len(grads) == 4
+    for g, g_ref in zip(grads, grads_ref):
+        assert rel_err(g, g_ref) < 1e-10
+
+
+@needs_triton
+@pytest.mark.parametrize("n", [1, 45, 150])
+def test_max_similarity_kernel_matches_assignment(n):
+    g = torch.Generator().manual_seed(n)
+    k = F.normalize(torch.randn(2, 3, 33, 60, generator=g), dim=-1)
+    dict_keys = F.normalize(torch.randn(2, 3, n, 60, generator=g), dim=-1)
+    if n > 100:
+        dict_keys[:, :, 140] = dict_keys[:, :, 5]                       # an exact tie across tiles: first index wins
+        k[:, :, 3] = dict_keys[:, :, 5]
+    k, dict_keys = k.to(DEVICE), dict_keys.to(DEVICE)
+    best, arg = ovq_triton.triton_max_similarity(k, dict_keys)
+    assert torch.equal(arg, assign_to_slots(k, dict_keys))
+    ref_best, ref_arg = max_similarity(k, dict_keys)
+    assert torch.equal(arg, ref_arg)
+    assert rel_err(best, ref_best) < 1e-6
+    if n > 100:
+        assert (arg[:, :, 3] == 5).all()
+
+
+OP_CASES = [
+    # T, L, D, Dv, params
+    (63, 16, 60, 24, OVQParams(num_slots=37, chunk_size=16, growth_alpha=20.0)),                  # n_active < N
+    (45, 8, 20, 20, OVQParams(num_slots=12, chunk_size=8, growth="linear", growth_rate=0.5, init="random")),
+    (40, 7, 16, 12, OVQParams(num_slots=9, chunk_size=7, state_grad="detach")),                    # saturates
+]
+
+
+def run_op(backend, q, k, v, beta, params, initial_state=None):
+    o, state = ovq_attention(q, k, v, beta, params, initial_state=initial_state, backend=backend)
+    weights = torch.randn(o.shape, generator=torch.Generator().manual_seed(3), dtype=o.dtype).to(o.device)
+    loss = (o * weights).sum()
+    if params.state_grad == "full":                                    # gradients through the final state too
+        loss = loss + 0.3 * state.keys.sum() + 0.7 * state.values.square().sum()
+    grads = torch.autograd.grad(loss, (q, k, v, beta))
+    return o, state, grads
+
+
+@needs_triton
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: f"T{c[0]}-L{c[1]}-D{c[2]}-N{c[4].num_slots}-{c[4].init}-{c[4].state_grad}")
+def test_op_triton_matches_reference(case):
+    T, L, D, Dv, params = case
+    dtype = torch.float32
+    g = torch.Generator().manual_seed(T)
+    q, k = (torch.randn(2, T, 3, D, generator=g, dtype=dtype) for _ in range(2))
+    v = torch.randn(2, T, 3, Dv, generator=g, dtype=dtype)
+    q, k, v = (t.to(DEVICE).requires_grad_() for t in (q, k, v))
+    beta = torch.tensor([3.0, 6.0, 9.0], dtype=dtype, device=DEVICE, requires_grad=True)
+    o_ref, s_ref, g_ref = run_op("naive", q, k, v, beta, params)
+    o, s, grads = run_op("triton", q, k, v, beta, params)
+    assert s.n_active == s_ref.n_active and s.seen == s_ref.seen
+    if params.num_slots == 37:
+        assert 0 < s.n_active < params.num_slots
+    assert rel_err(o, o_ref) < 1e-4
+    for name, a, b in zip("q k v beta".split(), grads, g_ref):
+        assert rel_err(a, b) < 1e-4, name
+    for name in ("keys", "values", "counts", "pending_keys", "pending_values"):
+        a, b = getattr(s, name), getattr(s_ref, name)
+        assert a.shape == b.shape, name
+        if b.numel():
+            assert rel_err(a, b) < 1e-4, name
+
+
+@needs_triton
+def test_op_triton_continues_a_state_with_pending_tokens():
+    """A second call that starts from a state with a pending half-chunk (q_offset > 0 in the read)."""
+    params = OVQParams(num_slots=20, chunk_size=16)
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 40, 2, 24, generator=g, dtype=torch.float64).to(DEVICE) for _ in range(3))
+    beta = torch.tensor([4.0, 7.0], dtype=torch.float64, device=DEVICE)
+    with torch.no_grad():
+        outs = {}
+        for backend in ("naive", "triton"):
+            o1, s1 = ovq_attention(q[:, :21], k[:, :21], v[:, :21], beta, params, backend=backend)
+            o2, s2 = ovq_attention(q[:, 21:], k[:, 21:], v[:, 21:], beta, params, initial_state=s1, backend=backend)
+            outs[backend] = (torch.cat([o1, o2], 1), s2)
+    assert rel_err(outs["triton"][0], outs["naive"][0]) < 1e-10
+    for name in ("keys", "values", "counts", "pending_keys"):
+        assert rel_err(getattr(outs["triton"][1], name), getattr(outs["naive"][1], name)) < 1e-10
+
+
+@needs_triton
+def test_dispatch():
+    q = k = v = torch.randn(1, 8, 2, 4, dtype=torch.float64)
+    beta = torch.ones(2, dtype=torch.float64)
+    p = OVQParams(num_slots=4, chunk_size=4)
+    o_auto, _ = ovq_attention(q, k, v, beta, p)                         # CPU tensors: auto = the reference
+    o_naive, _ = ovq_attention(q, k, v, beta, p, backend="naive")
+    assert torch.equal(o_auto, o_naive)
+    if DEVICE == "cpu":
+        ovq_triton.INTERPRET = False                                    # as if the interpreter were off
+        try:
+            with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+                ovq_attention(q, k, v, beta, p, backend="triton")
+        finally:
+            ovq_triton.INTERPRET = True
