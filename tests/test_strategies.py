@@ -156,7 +156,7 @@ def test_distillation_adds_a_loss_term_after_the_first_experience():
             self.rows = []
 
         def after_backward(self, strategy, **kwargs):
-            self.rows.append((float(strategy.loss), float(sequence_loss(strategy.mb_output, strategy.mb_y))))
+            self.rows.append((float(strategy.loss.detach()), float(sequence_loss(strategy.mb_output, strategy.mb_y).detach())))
 
     bench = _two_experience_bench()
     torch.manual_seed(0)
