@@ -67,7 +67,6 @@ def mlflow_table(experiment: str, tracking_uri: str = None, filter_string: str =
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(groups):
         runs = groups[key]
-        metric = runs[0]["params"].get("stream.name", "")
         meta = [next((v for k, v in r["metrics"].items() if k.startswith("meta_train/") and k != "meta_train/loss"
                       and k != "meta_train/final_loss"), math.nan) for r in runs]
         cells = [key, _stats(meta)] + [_stats([r["metrics"].get(f"final/{c}", math.nan) for r in runs]) for c in COLUMNS]

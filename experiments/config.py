@@ -6,7 +6,6 @@ options are validated by that stream's config (``streams.icr.ICRConfig`` etc.).
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -129,4 +128,4 @@ def as_yaml(cfg: RunConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
-__all__ = ["RunConfig", "STRATEGIES", "as_yaml", "run_config", "dataclasses"]
+__all__ = ["RunConfig", "STRATEGIES", "as_yaml", "run_config"]
