@@ -192,3 +192,32 @@ def test_too_few_episodes_for_the_lanes_is_a_clear_error():
                                 evaluator=EvaluationPlugin(loggers=[]))
     with pytest.raises(ValueError, match="fewer than train_mb_size"):
         strategy.train(bench.train_stream[0])
+
+
+def test_ewc_adds_a_penalty_that_grows_as_weights_leave_the_old_optimum():
+    from avalanche.core import SupervisedPlugin
+
+    from strategies.metrics import sequence_loss
+
+    class Capture(SupervisedPlugin):
+        def __init__(self):
+            super().__init__()
+            self.extra = []
+
+        def after_backward(self, strategy, **kwargs):
+            total = float(strategy.loss.detach())
+            self.extra.append(total - float(sequence_loss(strategy.mb_output, strategy.mb_y).detach()))
+
+    bench = _two_experience_bench()
+    torch.manual_seed(0)
+    model = DecoderLM(model_config({"vocab_size": bench.info.vocab_size, "d_model": 32, "layers": ["ovq"],
+                                    "ovq": {"chunk_size": 4}}))
+    ewc, capture = SequenceEWCPlugin(ewc_lambda=100.0), Capture()
+    strategy = SequenceTemplate(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2),
+                                train_mb_size=4, plugins=[ewc, capture], evaluator=EvaluationPlugin(loggers=[]))
+    strategy.train(bench.train_stream[0])
+    assert all(abs(x) < 1e-6 for x in capture.extra)                 # nothing to protect yet
+    capture.extra.clear()
+    strategy.train(bench.train_stream[1])
+    assert capture.extra[0] == pytest.approx(0.0, abs=1e-6)          # still at the old optimum
+    assert capture.extra[-1] > capture.extra[1] > 0                   # grows as the weights move
