@@ -79,3 +79,18 @@ def test_chunked_gradients_match_finite_differences():
     beta = torch.rand(1, 7, 1, dtype=torch.float64).requires_grad_(True)
     fn = lambda q, k, v, g, b: gated_delta_rule_chunked(q, k, v, g, b, chunk_size=3)[0]  # noqa: E731
     assert torch.autograd.gradcheck(fn, (*tensors, decay, beta), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("capability, triton_version, tilelang, sound", [
+    ((9, 0), "3.6.0", False, False),      # the H200 of the GPU check: fla raises in backward
+    ((9, 0), "3.4.0", False, False),
+    ((9, 0), "3.7.1", False, True),
+    ((9, 0), "3.3.1", False, True),
+    ((9, 0), "3.6.0", True, True),
+    ((8, 0), "3.6.0", False, True),
+    ((10, 0), "3.5.0+git1234", False, True),
+])
+def test_fla_backward_guard_matches_fla_refusal(capability, triton_version, tilelang, sound):
+    from ovq_cl.ops.delta import fla_backward_is_sound
+
+    assert fla_backward_is_sound(capability, triton_version, tilelang) is sound

@@ -1,7 +1,8 @@
 """Gated delta rule: ``gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state)``.
 
 ``backend="auto"`` uses flash-linear-attention's Triton kernel on CUDA when ``fla`` is installed
-(the optional extra ``ovq-cl[cuda]``), the chunked PyTorch reference otherwise.
+(the optional extra ``ovq-cl[cuda]``), the chunked PyTorch reference otherwise, and also for training
+on Hopper GPUs with the Triton versions for which fla refuses its own gated backward.
 """
 from __future__ import annotations
 
@@ -22,6 +23,24 @@ def _fla_kernel():
     return chunk_gated_delta_rule
 
 
+def fla_backward_is_sound(capability: Tuple[int, int], triton_version: str, has_tilelang: bool) -> bool:
+    """False where fla's gated backward is known wrong and fla refuses it: Hopper (sm_90) with
+    Triton >= 3.4.0 and < 3.7.1 and no tilelang (fla issue #640; seen on an H200 with Triton 3.6)."""
+    if capability[0] != 9 or has_tilelang:
+        return True
+    parts = tuple(int(p) for p in triton_version.split("+")[0].split(".")[:3] if p.isdigit())
+    return not ((3, 4, 0) <= parts < (3, 7, 1))
+
+
+def _fla_backward_ok(device: torch.device) -> bool:
+    import importlib.util
+
+    import triton
+
+    return fla_backward_is_sound(torch.cuda.get_device_capability(device), triton.__version__,
+                                 importlib.util.find_spec("tilelang") is not None)
+
+
 def gated_delta_rule(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
     scale: Optional[float] = None, initial_state: Optional[torch.Tensor] = None,
@@ -36,6 +55,9 @@ def gated_delta_rule(
         kernel = _fla_kernel()
         if kernel is None and backend == "fla":
             raise ValueError("gated_delta_rule: backend 'fla' needs flash-linear-attention (pip install 'ovq-cl[cuda]')")
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta))
+        if backend == "auto" and kernel is not None and q.is_cuda and needs_grad and not _fla_backward_ok(q.device):
+            kernel = None                                     # fla would refuse the backward here: the reference
         if kernel is not None and q.is_cuda:
             state = None if initial_state is None else initial_state.float()
             o, final = kernel(q, k, v, g.float(), beta, scale=scale, initial_state=state, output_final_state=output_final_state)
@@ -45,4 +67,4 @@ def gated_delta_rule(
     return gated_delta_rule_chunked(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size)
 
 
-__all__ = ["BACKENDS", "gated_delta_rule", "gated_delta_rule_chunked", "gated_delta_rule_recurrent"]
+__all__ = ["BACKENDS", "fla_backward_is_sound", "gated_delta_rule", "gated_delta_rule_chunked", "gated_delta_rule_recurrent"]

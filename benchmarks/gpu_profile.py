@@ -1,0 +1,49 @@
+"""Where the time of one OVQ layer call goes on a GPU: torch.profiler over an inference call.
+
+    python -m benchmarks.gpu_profile [--T 4096] [--backend triton]
+
+Prints the top host-side ops by self CPU time, the number of kernel launches and of host-device
+synchronisations per 64-token chunk (the chunk loop runs on the host, so these set the floor of a
+batch-1 call), and the GPU-busy fraction of the wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.common import D_MODEL, HEADS, MIXER_OPTIONS, fmt_time, time_min
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--T", type=int, default=4096)
+    p.add_argument("--mixer", default="ovq")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("no GPU here")
+    from ovq_cl.layers import build_mixer
+
+    model = build_mixer(args.mixer, D_MODEL, HEADS, dict(MIXER_OPTIONS[args.mixer])).cuda().eval()
+    x = torch.randn(1, args.T, D_MODEL, device="cuda")
+    with torch.inference_mode():
+        model(x)
+        wall = time_min(lambda: model(x), "cuda", 3)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            model(x)
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    chunks = args.T // MIXER_OPTIONS[args.mixer].get("chunk_size", 64)
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
+    syncs = sum(e.count for e in events if "Synchronize" in e.key or e.key in ("aten::item", "aten::_local_scalar_dense"))
+    gpu_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    print(f"# {args.mixer} T={args.T}: wall {fmt_time(wall)}; {launches} kernel launches ({launches / chunks:.1f} per chunk),"
+          f" {syncs} host syncs/item() ({syncs / chunks:.1f} per chunk); GPU busy {gpu_us / 1e6 / wall:.1%} of the wall time")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=45))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
