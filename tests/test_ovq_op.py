@@ -277,3 +277,27 @@ def test_state_dict_round_trip_and_clone_isolation(tmp_path):
     o2, _ = ovq_attention(q, k, v, beta, p, initial_state=s2)
     assert torch.equal(o1, o2)
     assert empty_ovq_state(1, 2, 4, 4, 4).nbytes == 2 * 4 * 9 * 4
+
+
+@pytest.mark.parametrize("T, pending", [(200, 0), (131, 5)])
+def test_inference_path_equals_autograd_path(T, pending):
+    """Without autograd the op normalises in place, updates the dictionary in place and writes the
+    output chunk by chunk into one time-major buffer; with autograd everything is functional. Same
+    outputs (time-major and contiguous), same final state, whatever the pending tokens."""
+    params = OVQParams(num_slots=24, chunk_size=16)
+    beta = torch.tensor([4.0, 9.0], dtype=F64)
+    q, k, v = qkv(2, T, 2, 12)
+    s0 = None
+    if pending:
+        with torch.no_grad():
+            _, s0 = ovq_attention(*(t[:, :16 + pending] for t in (q, k, v)), beta, params)
+        q, k, v = (t[:, 16 + pending:] for t in (q, k, v))
+    with torch.no_grad():
+        o_inf, s_inf = ovq_attention(q, k, v, beta, params, initial_state=s0)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    o_ag, s_ag = ovq_attention(*leaves, beta, params, initial_state=s0)
+    assert o_inf.shape == o_ag.shape == (2, q.shape[1], 2, 12) and o_inf.is_contiguous()
+    assert rel_err(o_inf, o_ag) < 1e-12
+    for name in ("keys", "values", "counts", "pending_keys", "pending_values"):
+        assert rel_err(getattr(s_inf, name), getattr(s_ag, name)) < 1e-12, name
+    assert (s_inf.seen, s_inf.n_active) == (s_ag.seen, s_ag.n_active)

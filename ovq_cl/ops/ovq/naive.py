@@ -468,10 +468,22 @@ def _prepare(q, k, v, beta, params, initial_state, op):
                 f"but chunk_size is {params.chunk_size}"
             )
         state = initial_state.detach().to(dtype=dtype)
-    qn = l2norm(q.to(dtype)).transpose(1, 2).contiguous()
-    kn = l2norm(k.to(dtype)).transpose(1, 2).contiguous()
-    vt = v.to(dtype).transpose(1, 2).contiguous()
-    return state, qn, kn, vt, beta.to(dtype)
+    if _updates_in_place(q, k, v, beta):
+        # no autograd: one heads-first copy per tensor, normalised in place (each full-sequence
+        # temporary is a fresh allocation, i.e. page faults, once T x H x D passes ~32 MB)
+        qn, kn = _heads_first(q, dtype), _heads_first(k, dtype)
+        qn.div_(qn.norm(dim=-1, keepdim=True).clamp_min_(1e-6))
+        kn.div_(kn.norm(dim=-1, keepdim=True).clamp_min_(1e-6))
+    else:
+        qn = l2norm(q.to(dtype)).transpose(1, 2).contiguous()
+        kn = l2norm(k.to(dtype)).transpose(1, 2).contiguous()
+    return state, qn, kn, _heads_first(v, dtype), beta.to(dtype)
+
+
+def _heads_first(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, T, H, D] -> a new contiguous [B, H, T, D] in ``dtype`` (one pass, never a view of x)."""
+    out = torch.empty(x.shape[0], x.shape[2], x.shape[1], x.shape[3], dtype=dtype, device=x.device)
+    return out.copy_(x.transpose(1, 2))
 
 
 def _maybe_detach(state: OVQState, params: OVQParams) -> OVQState:
@@ -507,17 +519,25 @@ def ovq_chunk_loop(
     # where per-chunk slices would each scatter into a zero tensor of the whole sequence (O(T^2))
     k_chunks, v_chunks = k_all.split(L, dim=2), v_all.split(L, dim=2)
     q_chunks = qn.split([min(s + L, total) - max(s, n_pending) for s in starts], dim=2)
+    # the output, time-major [B, T, H, Dv] so that the caller's reshape to [B, T, H * Dv] is a view:
+    # without autograd each chunk is copied into one buffer (a cat of 1000s of transposed chunks is
+    # several times slower); with autograd the chunks are joined by one cat at the end
+    out = q.new_empty(q.shape[:3] + (vt.shape[-1],)) if inplace else None
     outputs = []
     for start, qc, kc, vc in zip(starts, q_chunks, k_chunks, v_chunks):
         end = start + kc.shape[2]
         q_start = max(start, n_pending)
         read_state = _maybe_detach(state, params)
         n = read_state.n_active
-        outputs.append(prims.read(
+        o_c = prims.read(
             qc, kc, vc,
             read_state.keys[:, :, :n], read_state.values[:, :, :n], read_state.counts[:, :, :n].log(),
             beta, q_offset=q_start - start,
-        ))
+        )
+        if out is None:
+            outputs.append(o_c)
+        else:
+            out[:, q_start - n_pending:end - n_pending].copy_(o_c.transpose(1, 2))
         if end - start == L:
             if params.state_grad == "detach":
                 kc, vc = kc.detach(), vc.detach()
@@ -528,7 +548,7 @@ def ovq_chunk_loop(
             state = dataclasses.replace(state, pending_keys=kc, pending_values=vc)
     if total % L == 0:
         state = dataclasses.replace(state, pending_keys=k_all[:, :, :0], pending_values=v_all[:, :, :0])
-    o = (torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]).transpose(1, 2).to(q.dtype)
+    o = out if out is not None else torch.cat([o_c.transpose(1, 2) for o_c in outputs], dim=1).to(q.dtype)
     return o, (state if output_final_state else None)
 
 
