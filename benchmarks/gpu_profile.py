@@ -4,7 +4,8 @@
 
 Prints the top host-side ops by self CPU time, the number of kernel launches and of host-device
 synchronisations per 64-token chunk (the chunk loop runs on the host, so these set the floor of a
-batch-1 call), and the GPU-busy fraction of the wall time.
+batch-1 call), the GPU-busy fraction of the wall time, and where the synchronisations come from
+(``torch.cuda.set_sync_debug_mode``: the ovq_cl source lines of the ops that synchronised).
 """
 from __future__ import annotations
 
@@ -42,7 +43,47 @@ def main(argv=None) -> int:
     print(f"# {args.mixer} T={args.T}: wall {fmt_time(wall)}; {launches} kernel launches ({launches / chunks:.1f} per chunk),"
           f" {syncs} host syncs/item() ({syncs / chunks:.1f} per chunk); GPU busy {gpu_us / 1e6 / wall:.1%} of the wall time")
     print(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=45))
+    print_sync_sources(model, x)
     return 0
+
+
+def print_sync_sources(model, x) -> None:
+    """One call with sync debugging on: each synchronising op warns; report where in ovq_cl it was."""
+    def call():
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with torch.inference_mode():
+                model(x)
+            torch.cuda.synchronize()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    print("\n# synchronising ops during one call (count, innermost ovq_cl frame):")
+    for where, n in warning_sources(call, "ovq_cl").most_common(10):
+        print(f"  {n:6d}  {where}")
+
+
+def warning_sources(fn, package: str):
+    """Runs fn; counts the warnings it raises by the innermost stack frame inside ``package``."""
+    import collections
+    import traceback
+    import warnings
+
+    sources: collections.Counter = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack() if package in f.filename and f.filename != __file__]
+        sources[f"{frames[-1].filename.split(package)[-1]}:{frames[-1].lineno} {frames[-1].line}" if frames
+                else f"{filename}:{lineno}"] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        original, warnings.showwarning = warnings.showwarning, record
+        try:
+            fn()
+        finally:
+            warnings.showwarning = original
+    return sources
 
 
 if __name__ == "__main__":
