@@ -18,7 +18,8 @@ ratios against OVQ measured in the same run:
 - slots: OVQ across N at a fixed T (whole layer), and per chunk with a saturated dictionary the
   read, the assignment (argmax over the N slots) and the write (growth + k-means merge, a
   gather/scatter-add of L rows): the write does not grow with N;
-- flops: achieved FLOP/s of the OVQ read next to the machine's matmul peak, both measured here.
+- flops: achieved FLOP/s of the OVQ read next to the machine's matmul peak, both measured here;
+- recompute (only when asked for): OVQ training time and peak memory with ``recompute_chunks`` = S.
 
 Then the issue's targets (OVQ N = 1024, chunk 64, d = 64, 4 heads): T = 16k >= 3x faster than full
 attention, 64k >= 10x; time per token at 64k within 1.2x of 4k; streaming peak memory at 64k within
@@ -122,7 +123,7 @@ def worker(spec: dict) -> dict:
     """One memory measurement in this (fresh) process; returns a JSON-able dict."""
     torch.set_num_threads(spec["threads"])
     device, T, mode = spec["device"], spec["T"], spec["mode"]
-    model = build(spec["mixer"], device)
+    model = build(spec["mixer"], device, spec.get("options"))
     gen = torch.Generator(device=device).manual_seed(1)
     seg = spec["segment"]
     if mode == "stream":
@@ -181,33 +182,54 @@ def measure_memory(mode, mixers, Ts, args) -> Dict[str, Dict[int, dict]]:
     out: Dict[str, Dict[int, dict]] = {m: {} for m in mixers}
     for T in Ts:
         for m in mixers:
-            spec = {"mode": mode, "mixer": m, "T": T, "segment": args.segment, "device": args.device,
-                    "threads": args.threads}
-            if args.device == "cuda":                          # CUDA keeps exact allocator statistics: in process
-                try:
-                    r = worker(spec)
-                except Exception as exc:  # e.g. out of memory at 64k
-                    print(f"  {mode} {m} T={tk(T)} failed: {type(exc).__name__}: {exc}", flush=True)
-                    continue
-                finally:
-                    torch.cuda.empty_cache()
+            r = measure_one({"mode": mode, "mixer": m, "T": T}, args, label=f"{mode:6s} {m:6s}")
+            if r is not None:
                 out[m][T] = r
-                print(f"  {mode:6s} {m:6s} T={tk(T):>4s} peak +{fmt_mb(r['peak'])} MB, state {fmt_mb(r['state'])} MB,"
-                      f" {fmt_time(r['seconds'])}", flush=True)
-                continue
-            proc = subprocess.run(
-                [sys.executable, "-m", "benchmarks.speed_memory", "--worker", json.dumps(spec)],
-                capture_output=True, text=True, timeout=args.worker_timeout, env=worker_env(args.malloc),
-                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            )
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                print(f"  {mode} {m} T={tk(T)} failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
-                continue
-            r = json.loads(lines[-1])
-            out[m][T] = r
-            print(f"  {mode:6s} {m:6s} T={tk(T):>4s} peak +{fmt_mb(r['peak'])} MB (absolute {fmt_mb(r['absolute'])} MB),"
-                  f" state {fmt_mb(r['state'])} MB, {fmt_time(r['seconds'])}", flush=True)
+    return out
+
+
+def measure_one(spec: dict, args, label: str) -> Optional[dict]:
+    """One point of :func:`worker`: in a fresh process on CPU, in this one on CUDA (exact allocator
+    statistics there). None (and a printed reason) when it fails, e.g. out of memory."""
+    spec = dict(spec, segment=args.segment, device=args.device, threads=args.threads)
+    T = spec["T"]
+    if args.device == "cuda":
+        try:
+            r = worker(spec)
+        except Exception as exc:  # e.g. out of memory at 64k
+            print(f"  {label} T={tk(T)} failed: {type(exc).__name__}: {exc}", flush=True)
+            return None
+        finally:
+            torch.cuda.empty_cache()
+        print(f"  {label} T={tk(T):>4s} peak +{fmt_mb(r['peak'])} MB, state {fmt_mb(r['state'])} MB,"
+              f" {fmt_time(r['seconds'])}", flush=True)
+        return r
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.speed_memory", "--worker", json.dumps(spec)],
+        capture_output=True, text=True, timeout=args.worker_timeout, env=worker_env(args.malloc),
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        print(f"  {label} T={tk(T)} failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
+    r = json.loads(lines[-1])
+    print(f"  {label} T={tk(T):>4s} peak +{fmt_mb(r['peak'])} MB (absolute {fmt_mb(r['absolute'])} MB),"
+          f" state {fmt_mb(r['state'])} MB, {fmt_time(r['seconds'])}", flush=True)
+    return r
+
+
+def run_recompute(groups: List[int], Ts: List[int], args) -> Dict[int, Dict[int, dict]]:
+    """OVQ training (forward + backward) with ``recompute_chunks`` = S: time and peak memory added,
+    one fresh process per point (S = 0: the plain graph)."""
+    out: Dict[int, Dict[int, dict]] = {}
+    for S in groups:
+        opts = dict(MIXER_OPTIONS["ovq"], recompute_chunks=S)
+        out[S] = {}
+        for T in Ts:
+            r = measure_one({"mode": "train", "mixer": "ovq", "options": opts, "T": T}, args, label=f"recompute S={S:<3d}")
+            if r is not None:
+                out[S][T] = r
     return out
 
 
@@ -396,7 +418,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-T", type=int, default=64 * K, help="largest T for prefill and streaming")
     p.add_argument("--max-T-train", type=int, default=16 * K, help="largest T for forward + backward")
     p.add_argument("--mixers", default="ovq,vq,linear,delta,full,swa")
-    p.add_argument("--sections", default="prefill,train,stream,slots,flops")
+    p.add_argument("--sections", default="prefill,train,stream,slots,flops",
+                   help="any of prefill,train,stream,slots,flops,recompute (recompute: not by default)")
+    p.add_argument("--recompute-chunks", default="0,32", help="S values of the recompute section")
     p.add_argument("--slots", default="256,512,1024,2048,4096,8192", help="N values of the OVQ sweep")
     p.add_argument("--slots-T", type=int, default=16 * K, help="T of the OVQ sweep across N")
     p.add_argument("--segment", type=int, default=1024, help="tokens per call when streaming")
@@ -444,6 +468,8 @@ def main(argv=None) -> int:
         results["slots"] = run_slots([int(n) for n in args.slots.split(",")], args.slots_T, args)
     if "flops" in sections:
         results["flops"] = run_flops(args)
+    if "recompute" in sections:
+        results["recompute"] = run_recompute([int(x) for x in args.recompute_chunks.split(",")], Ts_mem, args)
     results["machine"]["loadavg_end"] = load_average()
     results["seconds"] = time.time() - t_start
 
@@ -508,6 +534,13 @@ def main(argv=None) -> int:
         print(markdown_table(["read GFLOP/s", "one bmm of the read's shape", "matmul peak (2048^3 sgemm)", "read / peak"],
                              [[f"{f['read_gflops']:.1f}", f"{f['bmm_same_shape_gflops']:.1f}", f"{f['matmul_peak_gflops']:.1f}",
                                f"{f['read_gflops'] / f['matmul_peak_gflops']:.2f}"]]))
+    if "recompute" in results:
+        print("\n## OVQ training with recompute_chunks = S: forward + backward time, peak memory added (MB)\n")
+        c = results["recompute"]
+        Ts_c = sorted({T for r in c.values() for T in r})
+        print(markdown_table(["T"] + [f"S={S}" for S in c], [[tk(T)] + [
+            "-" if T not in c[S] else f"{fmt_time(c[S][T]['seconds'])}, {fmt_mb(c[S][T]['peak'])} MB" for S in c]
+            for T in Ts_c]))
     if "prefill" in results or "stream" in results:
         print("\n## targets (OVQ N = 1024, chunk 64, d = 64, 4 heads)\n")
         print(markdown_table(["target", "measured", "goal", "status"],

@@ -28,6 +28,7 @@ class OVQConfig:
     learn_beta: bool = True
     init_seed: int = 0
     backend: str = "auto"
+    recompute_chunks: int = 0          # training: keep the graph of 1 in S chunks, recompute the rest (0 = off)
 
 
 @dataclass

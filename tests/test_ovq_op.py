@@ -1,4 +1,5 @@
 """The OVQ op: known answers, equivalences and invariants of the PyTorch reference."""
+import dataclasses
 import math
 
 import pytest
@@ -301,3 +302,60 @@ def test_inference_path_equals_autograd_path(T, pending):
     for name in ("keys", "values", "counts", "pending_keys", "pending_values"):
         assert rel_err(getattr(s_inf, name), getattr(s_ag, name)) < 1e-12, name
     assert (s_inf.seen, s_inf.n_active) == (s_ag.seen, s_ag.n_active)
+
+
+@pytest.mark.parametrize("group, state_grad, T, pending", [(1, "full", 100, 0), (3, "full", 137, 5), (4, "detach", 137, 5),
+                                                           (50, "full", 64, 0)])
+def test_recomputed_chunks_give_the_same_values_and_gradients(group, state_grad, T, pending):
+    """recompute_chunks runs groups of chunks without their graph and again in the backward: outputs,
+    final state and every gradient (q, k, v, beta; through the dictionary with state_grad="full")
+    equal the plain graph's, with or without pending tokens carried in (the chunk that continues
+    them, and a last partial chunk, run outside the groups)."""
+    base = OVQParams(num_slots=20, chunk_size=8, state_grad=state_grad)
+    s0 = None
+    if pending:
+        with torch.no_grad():
+            _, s0 = ovq_attention(*qkv(2, 16 + pending, 2, 6), torch.full((2,), 5.0, dtype=F64), base)
+
+    def run(params):
+        torch.manual_seed(3)
+        q, k, v = qkv(2, T, 2, 6, requires_grad=True)
+        beta = torch.tensor([3.0, 7.0], dtype=F64, requires_grad=True)
+        o, state = ovq_attention(q, k, v, beta, params, initial_state=s0)
+        loss = (o * torch.linspace(-1, 1, o.shape[-1], dtype=F64)).sum() + state.values.square().sum()
+        return o, state, torch.autograd.grad(loss, [q, k, v, beta], materialize_grads=True)
+
+    o_ref, s_ref, g_ref = run(base)
+    o_rc, s_rc, g_rc = run(dataclasses.replace(base, recompute_chunks=group))
+    assert rel_err(o_rc, o_ref) < 1e-12
+    for name in ("keys", "values", "counts", "pending_keys", "pending_values"):
+        a, b = getattr(s_rc, name), getattr(s_ref, name)
+        assert a.shape == b.shape and (b.numel() == 0 or rel_err(a, b) < 1e-12), name
+    assert (s_rc.seen, s_rc.n_active) == (s_ref.seen, s_ref.n_active)
+    for name, a, b in zip(("q", "k", "v", "beta"), g_rc, g_ref):
+        assert rel_err(a, b) < 1e-10, name
+    assert all(g.abs().sum() > 0 for g in g_ref)
+
+
+def test_recomputed_chunks_keep_less_for_the_backward():
+    """What the forward keeps for the backward (saved tensors, by storage): about one dictionary per
+    chunk without recomputation, one per group of chunks with it."""
+    q, k, v = qkv(1, 256, 2, 16, dtype=torch.float32, requires_grad=True)
+    beta = torch.full((2,), 5.0, requires_grad=True)
+
+    def saved_bytes(params):
+        storages = {}
+
+        def pack(t):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            ovq_attention(q, k, v, beta, params)
+        return sum(storages.values())
+
+    dictionary = 2 * 64 * (16 + 16 + 1) * 4                 # keys, values, counts of 2 heads
+    plain = saved_bytes(OVQParams(num_slots=64, chunk_size=8))
+    recomputed = saved_bytes(OVQParams(num_slots=64, chunk_size=8, recompute_chunks=8))
+    assert plain > 40 * dictionary                          # 32 chunks: a dictionary and more per chunk
+    assert recomputed < plain / 3                           # 4 groups' dictionaries, plus q, k, v

@@ -180,6 +180,7 @@ OP_CASES = [
     (63, 16, 60, 24, OVQParams(num_slots=37, chunk_size=16, growth_alpha=20.0)),                  # n_active < N
     (45, 8, 20, 20, OVQParams(num_slots=12, chunk_size=8, growth="linear", growth_rate=0.5, init="random")),
     (40, 7, 16, 12, OVQParams(num_slots=9, chunk_size=7, state_grad="detach")),                    # saturates
+    (45, 8, 20, 20, OVQParams(num_slots=12, chunk_size=8, recompute_chunks=2)),                    # recomputed
 ]
 
 
@@ -194,7 +195,7 @@ def run_op(backend, q, k, v, beta, params, initial_state=None):
 
 
 @needs_triton
-@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: f"T{c[0]}-L{c[1]}-D{c[2]}-N{c[4].num_slots}-{c[4].init}-{c[4].state_grad}")
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: f"T{c[0]}-L{c[1]}-D{c[2]}-N{c[4].num_slots}-{c[4].init}-{c[4].state_grad}-r{c[4].recompute_chunks}")
 def test_op_triton_matches_reference(case):
     T, L, D, Dv, params = case
     dtype = torch.float32

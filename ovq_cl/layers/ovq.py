@@ -24,12 +24,13 @@ class OVQAttention(Mixer):
         self, d_model: int, n_heads: int, head_dim: Optional[int] = None, num_slots: int = 256,
         chunk_size: int = 32, growth: str = "plateau", growth_alpha: Optional[float] = None,
         growth_rate: float = 1.0, init: str = "spread", state_grad: str = "full", beta_init: float = 8.0,
-        learn_beta: bool = True, init_seed: int = 0, backend: str = "auto",
+        learn_beta: bool = True, init_seed: int = 0, backend: str = "auto", recompute_chunks: int = 0,
     ) -> None:
         super().__init__(d_model, n_heads, head_dim)
         self.params = OVQParams(
             num_slots=num_slots, chunk_size=chunk_size, growth=growth, growth_alpha=growth_alpha,
             growth_rate=growth_rate, init=init, state_grad=state_grad, init_seed=init_seed,
+            recompute_chunks=recompute_chunks,
         )
         if not beta_init > 0:
             raise ValueError(f"OVQAttention: beta_init must be > 0, got {beta_init}")

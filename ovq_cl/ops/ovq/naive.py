@@ -54,6 +54,11 @@ class OVQParams:
     state_grad: "full" (autograd flows through the dictionary within one call) or "detach".
     init_seed: seed of the "random" init; the generator is re-seeded per chunk from (seed, tokens
         absorbed) so that chunked and token-by-token decoding draw the same numbers.
+    recompute_chunks: 0 = off; S > 0 = in training, run every S chunks without keeping their graph
+        and recompute them in the backward. Each chunk's read keeps the dictionary it read for the
+        backward ([B, H, N, D] per chunk), so plain training memory grows by one dictionary per
+        chunk; with S it grows by one per S chunks, plus one segment's graph during the backward.
+        Same values and gradients, about one more forward of compute. Inference is unaffected.
     """
 
     num_slots: int
@@ -64,6 +69,7 @@ class OVQParams:
     init: str = "spread"
     state_grad: str = "full"
     init_seed: int = 0
+    recompute_chunks: int = 0
 
     def __post_init__(self) -> None:
         if int(self.num_slots) < 1:
@@ -80,6 +86,8 @@ class OVQParams:
             raise ValueError(f"OVQ: growth_alpha must be > 0, got {self.growth_alpha}")
         if not self.growth_rate > 0:
             raise ValueError(f"OVQ: growth_rate must be > 0, got {self.growth_rate}")
+        if int(self.recompute_chunks) < 0:
+            raise ValueError(f"OVQ: recompute_chunks must be >= 0 (0 = off), got {self.recompute_chunks}")
 
 
 @dataclasses.dataclass
@@ -523,33 +531,122 @@ def ovq_chunk_loop(
     # without autograd each chunk is copied into one buffer (a cat of 1000s of transposed chunks is
     # several times slower); with autograd the chunks are joined by one cat at the end
     out = q.new_empty(q.shape[:3] + (vt.shape[-1],)) if inplace else None
+    chunks = [(max(start, n_pending) - start, qc, kc, vc)
+              for start, qc, kc, vc in zip(starts, q_chunks, k_chunks, v_chunks)]
+    step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=inplace)
     outputs = []
-    for start, qc, kc, vc in zip(starts, q_chunks, k_chunks, v_chunks):
-        end = start + kc.shape[2]
-        q_start = max(start, n_pending)
-        read_state = _maybe_detach(state, params)
-        n = read_state.n_active
-        o_c = prims.read(
-            qc, kc, vc,
-            read_state.keys[:, :, :n], read_state.values[:, :, :n], read_state.counts[:, :, :n].log(),
-            beta, q_offset=q_start - start,
-        )
-        if out is None:
+    if inplace:
+        if total >= L:                            # a chunk will be absorbed: one private copy, then in place
+            state = state.clone()
+        q_pos = 0
+        for q_offset, qc, kc, vc in chunks:
+            o_c, state = step(state, q_offset, qc, kc, vc)
+            out[:, q_pos:q_pos + qc.shape[2]].copy_(o_c.transpose(1, 2))
+            q_pos += qc.shape[2]
+    elif params.recompute_chunks:
+        outputs, state = _recomputed_loop(state, chunks, beta, params, prims)
+    else:
+        for q_offset, qc, kc, vc in chunks:
+            o_c, state = step(state, q_offset, qc, kc, vc)
             outputs.append(o_c)
-        else:
-            out[:, q_start - n_pending:end - n_pending].copy_(o_c.transpose(1, 2))
-        if end - start == L:
-            if params.state_grad == "detach":
-                kc, vc = kc.detach(), vc.detach()
-            if inplace and not owned:
-                read_state, owned = read_state.clone(), True
-            state = _absorb(read_state, kc, vc, params, prims, inplace)
-        else:
-            state = dataclasses.replace(state, pending_keys=kc, pending_values=vc)
     if total % L == 0:
         state = dataclasses.replace(state, pending_keys=k_all[:, :, :0], pending_values=v_all[:, :, :0])
     o = out if out is not None else torch.cat([o_c.transpose(1, 2) for o_c in outputs], dim=1).to(q.dtype)
     return o, (state if output_final_state else None)
+
+
+def _chunk_step(
+    state: OVQState, q_offset: int, qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, *,
+    beta: torch.Tensor, params: OVQParams, prims: OVQPrimitives, inplace: bool,
+) -> Tuple[torch.Tensor, OVQState]:
+    """One chunk: the read of its queries (local positions q_offset ..), then, for a full chunk, its
+    absorption into the dictionary; a partial chunk becomes the pending buffer.
+    qc: [B, H, Lq, Dk]; kc, vc: [B, H, Lc, *]. Returns (read [B, H, Lq, Dv], state after the chunk)."""
+    read_state = _maybe_detach(state, params)
+    n = read_state.n_active
+    o_c = prims.read(
+        qc, kc, vc,
+        read_state.keys[:, :, :n], read_state.values[:, :, :n], read_state.counts[:, :, :n].log(),
+        beta, q_offset=q_offset,
+    )
+    if kc.shape[2] < params.chunk_size:
+        return o_c, dataclasses.replace(state, pending_keys=kc, pending_values=vc)
+    if params.state_grad == "detach":
+        kc, vc = kc.detach(), vc.detach()
+    return o_c, _absorb(read_state, kc, vc, params, prims, inplace)
+
+
+def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OVQPrimitives):
+    """The training loop with ``recompute_chunks`` = S: runs of up to S full chunks whose queries
+    start at the chunk's first position go through :class:`_RecomputedSegment`; the others (a first
+    chunk continuing pending tokens, a last partial chunk) run as usual. Returns (reads, state)."""
+    L, S = params.chunk_size, int(params.recompute_chunks)
+    step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=False)
+    outputs, i = [], 0
+    while i < len(chunks):
+        j = i
+        while j < len(chunks) and j - i < S and chunks[j][0] == 0 and chunks[j][1].shape[2] == chunks[j][2].shape[2] == L:
+            j += 1
+        if j == i:                                                    # not a plain full chunk: as usual
+            o_c, state = step(state, *chunks[i])
+            outputs.append(o_c)
+            i += 1
+            continue
+        q_seg, k_seg, v_seg = (torch.cat([c[n] for c in chunks[i:j]], dim=2) for n in (1, 2, 3))
+        info: dict = {}
+        run = functools.partial(_run_segment, state.seen, state.n_active, state.pending_keys,
+                                state.pending_values, params, prims, info)
+        o_seg, keys, values, counts = _RecomputedSegment.apply(
+            run, state.keys, state.values, state.counts, beta, q_seg, k_seg, v_seg)
+        state = dataclasses.replace(state, keys=keys, values=values, counts=counts,
+                                    seen=info["seen"], n_active=info["n_active"])
+        outputs.extend(o_seg.split(L, dim=2))
+        i = j
+    return outputs, state
+
+
+def _run_segment(seen, n_active, pending_keys, pending_values, params, prims, info,
+                 keys, values, counts, beta, q_seg, k_seg, v_seg):
+    """Full chunks [B, H, S L, *] from the dictionary (keys, values, counts) after ``seen`` tokens.
+    Returns (reads [B, H, S L, Dv], keys, values, counts); ``info`` gets the ints of the new state."""
+    state = OVQState(keys=keys, values=values, counts=counts, pending_keys=pending_keys,
+                     pending_values=pending_values, seen=seen, n_active=n_active)
+    outs = []
+    L = params.chunk_size
+    for qc, kc, vc in zip(q_seg.split(L, dim=2), k_seg.split(L, dim=2), v_seg.split(L, dim=2)):
+        o_c, state = _chunk_step(state, 0, qc, kc, vc, beta=beta, params=params, prims=prims, inplace=False)
+        outs.append(o_c)
+    info["seen"], info["n_active"] = state.seen, state.n_active
+    return torch.cat(outs, dim=2), state.keys, state.values, state.counts
+
+
+class _RecomputedSegment(torch.autograd.Function):
+    """Chunks run without keeping their graph; the backward runs them again with it.
+
+    forward(run, keys, values, counts, beta, q_seg, k_seg, v_seg) -> (reads, keys, values, counts)
+    where ``run`` is :func:`_run_segment` bound to the segment's start. Saves only the inputs (the
+    dictionary at the segment's start and the segment's q, k, v)."""
+
+    @staticmethod
+    def forward(ctx, run, keys, values, counts, beta, q_seg, k_seg, v_seg):
+        ctx.run = run
+        ctx.save_for_backward(keys, values, counts, beta, q_seg, k_seg, v_seg)
+        o, new_keys, new_values, new_counts = run(keys, values, counts, beta, q_seg, k_seg, v_seg)
+        ctx.mark_non_differentiable(new_counts)
+        return o, new_keys, new_values, new_counts
+
+    @staticmethod
+    def backward(ctx, g_o, g_keys, g_values, _g_counts):
+        needs = ctx.needs_input_grad[1:]
+        inputs = [t.detach().requires_grad_(n) for t, n in zip(ctx.saved_tensors, needs)]
+        with torch.enable_grad():
+            o, new_keys, new_values, _ = ctx.run(*inputs)
+        pairs = [(t, g) for t, g in ((o, g_o), (new_keys, g_keys), (new_values, g_values))
+                 if g is not None and t.requires_grad]
+        wanted = [t for t in inputs if t.requires_grad]
+        grads = iter(torch.autograd.grad([t for t, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+                     if pairs and wanted else [])
+        return (None,) + tuple(next(grads) if n else None for n in needs)
 
 
 def ovq_attention_chunked(
