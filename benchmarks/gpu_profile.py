@@ -1,6 +1,6 @@
 """Where the time of one OVQ layer call goes on a GPU: torch.profiler over an inference call.
 
-    python -m benchmarks.gpu_profile [--T 4096] [--backend triton]
+    python -m benchmarks.gpu_profile [--T 4096] [--mixer ovq]
 
 Prints the top host-side ops by self CPU time, the number of kernel launches and of host-device
 synchronisations per 64-token chunk (the chunk loop runs on the host, so these set the floor of a
@@ -36,12 +36,16 @@ def main(argv=None) -> int:
             model(x)
             torch.cuda.synchronize()
     events = prof.key_averages()
-    chunks = args.T // MIXER_OPTIONS[args.mixer].get("chunk_size", 64)
+    chunks = max(1, args.T // MIXER_OPTIONS[args.mixer].get("chunk_size", 64))
     launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
-    syncs = sum(e.count for e in events if "Synchronize" in e.key or e.key in ("aten::item", "aten::_local_scalar_dense"))
+    syncs = sum(e.count for e in events if e.key in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"))
+    items = sum(e.count for e in events if e.key == "aten::_local_scalar_dense")   # .item() and friends
+    copies = sum(e.count for e in events if e.key == "cudaMemcpyAsync")
     gpu_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
-    print(f"# {args.mixer} T={args.T}: wall {fmt_time(wall)}; {launches} kernel launches ({launches / chunks:.1f} per chunk),"
-          f" {syncs} host syncs/item() ({syncs / chunks:.1f} per chunk); GPU busy {gpu_us / 1e6 / wall:.1%} of the wall time")
+    print(f"# {args.mixer} T={args.T}: wall {fmt_time(wall)}; per chunk: {launches / chunks:.1f} kernel launches,"
+          f" {syncs / chunks:.1f} CUDA synchronize calls (the profiled call's final one included),"
+          f" {items / chunks:.1f} tensor-to-Python reads, {copies / chunks:.1f} cudaMemcpyAsync;"
+          f" GPU busy {gpu_us / 1e6 / wall:.1%} of the wall time")
     print(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=45))
     print_sync_sources(model, x)
     return 0

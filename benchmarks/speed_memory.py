@@ -223,6 +223,9 @@ def run_recompute(groups: List[int], Ts: List[int], args) -> Dict[int, Dict[int,
     """OVQ training (forward + backward) with ``recompute_chunks`` = S: time and peak memory added,
     one fresh process per point (S = 0: the plain graph)."""
     out: Dict[int, Dict[int, dict]] = {}
+    if args.device == "cuda":          # in process there: compile the kernels before the first point
+        worker({"mode": "train", "mixer": "ovq", "T": 1024, "segment": args.segment, "device": "cuda",
+                "threads": args.threads})
     for S in groups:
         opts = dict(MIXER_OPTIONS["ovq"], recompute_chunks=S)
         out[S] = {}

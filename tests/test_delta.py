@@ -81,16 +81,19 @@ def test_chunked_gradients_match_finite_differences():
     assert torch.autograd.gradcheck(fn, (*tensors, decay, beta), eps=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("capability, triton_version, tilelang, sound", [
-    ((9, 0), "3.6.0", False, False),      # the H200 of the GPU check: fla raises in backward
-    ((9, 0), "3.4.0", False, False),
-    ((9, 0), "3.7.1", False, True),
-    ((9, 0), "3.3.1", False, True),
-    ((9, 0), "3.6.0", True, True),
-    ((8, 0), "3.6.0", False, True),
-    ((10, 0), "3.5.0+git1234", False, True),
+@pytest.mark.parametrize("capability, triton_version, nvidia, sound", [
+    ((9, 0), "3.6.0", True, False),       # the H200 of the GPU check: fla raises in backward
+    ((9, 0), "3.4", True, False),
+    ((9, 0), "3.4.0rc1", True, True),     # a pre-release of 3.4.0 is below 3.4.0
+    ((9, 0), "3.7.1.dev20250101", True, False),
+    ((9, 0), "3.7.1", True, True),
+    ((9, 0), "3.3.1", True, True),
+    ((9, 0), "3.6.0+git1234", True, False),
+    ((9, 4), "3.6.0", False, True),       # AMD MI300 reports (9, 4): not Hopper
+    ((8, 0), "3.6.0", True, True),
+    ((10, 0), "3.5.0", True, True),
 ])
-def test_fla_backward_guard_matches_fla_refusal(capability, triton_version, tilelang, sound):
+def test_fla_backward_guard_matches_fla_refusal(capability, triton_version, nvidia, sound):
     from ovq_cl.ops.delta import fla_backward_is_sound
 
-    assert fla_backward_is_sound(capability, triton_version, tilelang) is sound
+    assert fla_backward_is_sound(capability, triton_version, nvidia) is sound

@@ -359,3 +359,38 @@ def test_recomputed_chunks_keep_less_for_the_backward():
     recomputed = saved_bytes(OVQParams(num_slots=64, chunk_size=8, recompute_chunks=8))
     assert plain > 40 * dictionary                          # 32 chunks: a dictionary and more per chunk
     assert recomputed < plain / 3                           # 4 groups' dictionaries, plus q, k, v
+
+
+@pytest.mark.parametrize("T", [256, 250])
+@pytest.mark.parametrize("grad", [False, True])
+def test_returned_state_does_not_hold_the_sequence(T, grad):
+    """The pending buffer is its own small tensor, never a view of the call's whole key sequence
+    (which would keep all of it alive with the state)."""
+    params = OVQParams(num_slots=16, chunk_size=16)
+    q, k, v = qkv(1, T, 2, 8, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        _, state = ovq_attention(q, k, v, torch.full((2,), 5.0, dtype=F64), params)
+    limit = 2 * params.chunk_size * 8 * 8                   # heads x L x D x 8 bytes
+    for t in (state.pending_keys, state.pending_values):
+        assert t.shape[2] == T % params.chunk_size
+        assert t.untyped_storage().nbytes() <= limit
+
+
+def test_recomputed_chunks_follow_autocast_and_refuse_double_backward():
+    """The rerun in the backward happens under the forward's autocast (bf16 here), so gradients equal
+    the plain graph's under the same autocast; create_graph=True raises instead of being wrong."""
+    def grads(params):
+        torch.manual_seed(1)
+        q, k, v = qkv(1, 64, 2, 16, dtype=torch.float32, requires_grad=True)
+        beta = torch.full((2,), 6.0, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            o, _ = ovq_attention(q, k, v, beta, params)
+        return torch.autograd.grad(o.float().square().sum(), [q, k, v, beta])
+
+    base = OVQParams(num_slots=24, chunk_size=8)
+    for a, b in zip(grads(dataclasses.replace(base, recompute_chunks=2)), grads(base)):
+        assert rel_err(a, b) < 1e-6
+    q, k, v = qkv(1, 32, 2, 8, requires_grad=True)
+    o, _ = ovq_attention(q, k, v, torch.full((2,), 4.0, dtype=F64), dataclasses.replace(base, recompute_chunks=2))
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(o.sum(), q, create_graph=True)

@@ -2,7 +2,7 @@
 
 ``backend="auto"`` uses flash-linear-attention's Triton kernel on CUDA when ``fla`` is installed
 (the optional extra ``ovq-cl[cuda]``), the chunked PyTorch reference otherwise, and also for training
-on Hopper GPUs with the Triton versions for which fla refuses its own gated backward.
+on NVIDIA Hopper GPUs with the Triton versions for which fla refuses its own gated backward.
 """
 from __future__ import annotations
 
@@ -23,22 +23,23 @@ def _fla_kernel():
     return chunk_gated_delta_rule
 
 
-def fla_backward_is_sound(capability: Tuple[int, int], triton_version: str, has_tilelang: bool) -> bool:
-    """False where fla's gated backward is known wrong and fla refuses it: Hopper (sm_90) with
-    Triton >= 3.4.0 and < 3.7.1 and no tilelang (fla issue #640; seen on an H200 with Triton 3.6)."""
-    if capability[0] != 9 or has_tilelang:
+def fla_backward_is_sound(capability: Tuple[int, int], triton_version: str, is_nvidia: bool = True) -> bool:
+    """False where fla's gated backward is known wrong and fla refuses it: NVIDIA Hopper (sm_90) with
+    Triton >= 3.4.0 and < 3.7.1 (fla issue #640; seen on an H200 with Triton 3.6). fla can route
+    around it with tilelang when that is usable; we do not rely on it and use our reference there."""
+    if not is_nvidia or capability[0] != 9:
         return True
-    parts = tuple(int(p) for p in triton_version.split("+")[0].split(".")[:3] if p.isdigit())
-    return not ((3, 4, 0) <= parts < (3, 7, 1))
+    from packaging.version import Version
+
+    version = Version(triton_version)
+    return not (Version("3.4.0") <= version < Version("3.7.1"))
 
 
 def _fla_backward_ok(device: torch.device) -> bool:
-    import importlib.util
-
     import triton
 
     return fla_backward_is_sound(torch.cuda.get_device_capability(device), triton.__version__,
-                                 importlib.util.find_spec("tilelang") is not None)
+                                 is_nvidia=torch.version.hip is None)
 
 
 def gated_delta_rule(
@@ -55,7 +56,8 @@ def gated_delta_rule(
         kernel = _fla_kernel()
         if kernel is None and backend == "fla":
             raise ValueError("gated_delta_rule: backend 'fla' needs flash-linear-attention (pip install 'ovq-cl[cuda]')")
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta))
+        needs_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state))
         if backend == "auto" and kernel is not None and q.is_cuda and needs_grad and not _fla_backward_ok(q.device):
             kernel = None                                     # fla would refuse the backward here: the reference
         if kernel is not None and q.is_cuda:

@@ -517,7 +517,7 @@ def ovq_chunk_loop(
     functional, so the graph of ``state_grad="full"`` runs through all chunks.
     """
     state, qn, kn, vt, beta = _prepare(q, k, v, beta, params, initial_state, "ovq_attention")
-    inplace, owned = _updates_in_place(q, k, v, beta), False
+    inplace = _updates_in_place(q, k, v, beta)
     n_pending = state.pending_keys.shape[2]
     k_all = torch.cat([state.pending_keys, kn], dim=2) if n_pending else kn
     v_all = torch.cat([state.pending_values, vt], dim=2) if n_pending else vt
@@ -550,7 +550,9 @@ def ovq_chunk_loop(
             o_c, state = step(state, q_offset, qc, kc, vc)
             outputs.append(o_c)
     if total % L == 0:
-        state = dataclasses.replace(state, pending_keys=k_all[:, :, :0], pending_values=v_all[:, :, :0])
+        # fresh (empty) tensors: a view of k_all would keep the whole sequence's keys alive with the state
+        state = dataclasses.replace(state, pending_keys=k_all.new_empty(k_all.shape[:2] + (0, k_all.shape[3])),
+                                    pending_values=v_all.new_empty(v_all.shape[:2] + (0, v_all.shape[3])))
     o = out if out is not None else torch.cat([o_c.transpose(1, 2) for o_c in outputs], dim=1).to(q.dtype)
     return o, (state if output_final_state else None)
 
@@ -569,8 +571,8 @@ def _chunk_step(
         read_state.keys[:, :, :n], read_state.values[:, :, :n], read_state.counts[:, :, :n].log(),
         beta, q_offset=q_offset,
     )
-    if kc.shape[2] < params.chunk_size:
-        return o_c, dataclasses.replace(state, pending_keys=kc, pending_values=vc)
+    if kc.shape[2] < params.chunk_size:                 # a copy: a view would keep the whole sequence alive
+        return o_c, dataclasses.replace(state, pending_keys=kc.clone(), pending_values=vc.clone())
     if params.state_grad == "detach":
         kc, vc = kc.detach(), vc.detach()
     return o_c, _absorb(read_state, kc, vc, params, prims, inplace)
@@ -625,11 +627,16 @@ class _RecomputedSegment(torch.autograd.Function):
 
     forward(run, keys, values, counts, beta, q_seg, k_seg, v_seg) -> (reads, keys, values, counts)
     where ``run`` is :func:`_run_segment` bound to the segment's start. Saves only the inputs (the
-    dictionary at the segment's start and the segment's q, k, v)."""
+    dictionary at the segment's start and the segment's q, k, v). The rerun happens under the
+    forward's autocast state. On CUDA, scatter-adds with repeated slots use atomics, so the rerun can
+    differ from the forward in the last bits (as with any activation checkpointing). No double
+    backward (``create_graph=True``): it raises."""
 
     @staticmethod
     def forward(ctx, run, keys, values, counts, beta, q_seg, k_seg, v_seg):
         ctx.run = run
+        ctx.device_type = q_seg.device.type
+        ctx.autocast = (torch.is_autocast_enabled(ctx.device_type), torch.get_autocast_dtype(ctx.device_type))
         ctx.save_for_backward(keys, values, counts, beta, q_seg, k_seg, v_seg)
         o, new_keys, new_values, new_counts = run(keys, values, counts, beta, q_seg, k_seg, v_seg)
         ctx.mark_non_differentiable(new_counts)
@@ -637,9 +644,13 @@ class _RecomputedSegment(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_o, g_keys, g_values, _g_counts):
+        if torch.is_grad_enabled():
+            raise RuntimeError("OVQ recompute_chunks: double backward (create_graph=True) is not supported; "
+                               "use recompute_chunks=0")
         needs = ctx.needs_input_grad[1:]
         inputs = [t.detach().requires_grad_(n) for t, n in zip(ctx.saved_tensors, needs)]
-        with torch.enable_grad():
+        enabled, dtype = ctx.autocast
+        with torch.enable_grad(), torch.autocast(ctx.device_type, dtype=dtype, enabled=enabled):
             o, new_keys, new_values, _ = ctx.run(*inputs)
         pairs = [(t, g) for t, g in ((o, g_o), (new_keys, g_keys), (new_values, g_values))
                  if g is not None and t.requires_grad]
