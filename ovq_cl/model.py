@@ -76,7 +76,7 @@ class Block(nn.Module):
         if self.shift_mu is not None:
             prev = h.new_zeros(h.shape[0], 1, h.shape[2]) if state is None or state.shift is None else state.shift.detach()
             shifted = torch.cat([prev, h[:, :-1]], dim=1)
-            shift = h[:, -1:]
+            shift = h[:, -1:].clone()                          # a view would keep all of h alive
             h = h + self.shift_mu * (shifted - h)
         y, mixer_state = self.mixer(h, None if state is None else state.mixer)
         x = x + y

@@ -21,3 +21,24 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b| (the relative-error check used for every reference comparison)."""
     a, b = a.detach(), b.detach()
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def state_storage_bytes(state) -> int:
+    """Bytes of the distinct storages behind a (possibly nested) MixerState's tensors: what keeping
+    the state keeps alive (a view into a sequence-sized buffer counts that whole buffer)."""
+    import dataclasses
+
+    from ovq_cl.state import MixerState
+
+    storages = {}
+
+    def walk(s):
+        for f in dataclasses.fields(s):
+            value = getattr(s, f.name)
+            if isinstance(value, torch.Tensor):
+                storages[value.untyped_storage().data_ptr()] = value.untyped_storage().nbytes()
+            elif isinstance(value, MixerState):
+                walk(value)
+
+    walk(state)
+    return sum(storages.values())

@@ -7,7 +7,7 @@ from ovq_cl.layers import MIXERS, build_mixer
 from ovq_cl.ops.linear import linear_attention_chunked, linear_attention_recurrent
 from ovq_cl.ops.softmax import softmax_attention
 
-from conftest import rel_err
+from conftest import rel_err, state_storage_bytes
 
 D_MODEL, HEADS = 24, 3
 OPTIONS = {
@@ -80,6 +80,18 @@ def test_state_nbytes_matches_the_state_and_scales_as_designed(kind):
         sizes[T] = mixer.state_nbytes(T * 100, batch_size=2)
     grows = kind == "full"
     assert (sizes[64] > sizes[20]) == grows      # only full attention's state grows with T
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_state_keeps_only_itself_alive(kind, grad):
+    """A state's tensors are not views into the call's sequence-sized buffers: what a state keeps
+    alive is its own size (state_nbytes), not the whole sequence it was computed from."""
+    mixer = make(kind, torch.float32)
+    T = 203
+    x = torch.randn(2, T, D_MODEL, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        _, state = mixer(x)
+    assert state_storage_bytes(state) <= mixer.state_nbytes(T, batch_size=2) + 4096
 
 
 def test_state_save_load_and_eval_from_a_copy(kind, tmp_path):

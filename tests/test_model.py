@@ -4,7 +4,7 @@ import torch
 
 from ovq_cl import DecoderLM, model_config
 
-from conftest import rel_err
+from conftest import rel_err, state_storage_bytes
 
 SMALL = {
     "vocab_size": 31, "d_model": 24, "n_heads": 3, "ovq": {"num_slots": 6, "chunk_size": 4},
@@ -109,3 +109,13 @@ def test_a_few_steps_of_training_lower_the_loss():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
+
+
+@pytest.mark.parametrize("layers", [["ovq"], ["vq"], ["swa"], ["delta"], ["linear"]])
+def test_model_states_keep_only_themselves_alive(layers):
+    """Every block's state (mixer state and token shift) is its own memory: carrying states between
+    calls must not keep the call's activations alive (a view such as h[:, -1:] would)."""
+    model = DecoderLM(model_config({**SMALL, "layers": layers})).train()
+    _, states = model(torch.randint(0, 31, (2, 97)))
+    for state, expected in zip(states, model.state_nbytes(97, batch_size=2)):
+        assert state_storage_bytes(state) <= expected + 4096

@@ -76,5 +76,8 @@ def softmax_attention(
     final = None
     if output_final_state:
         keep = S if window is None else min(S, window - 1)
-        final = KVCacheState(keys=kt[:, :, S - keep:], values=vt[:, :, S - keep:], seen=seen + T)
+        keys, values = kt[:, :, S - keep:], vt[:, :, S - keep:]
+        if keep < S:                     # a window's tail: copied, or the state would keep all of kt alive
+            keys, values = keys.clone(), values.clone()
+        final = KVCacheState(keys=keys, values=values, seen=seen + T)
     return o.transpose(1, 2), final

@@ -120,9 +120,10 @@ def vq_attention(
             prev_k, prev_v, prev_c = kc, vc, cc
             seen += L
     pending = (total // L) * L
+    # copies, not views: a view of k_all / v_all would keep the whole sequence alive with the state
     final = VQState(
-        counts=counts, values=values, prev_keys=prev_k, prev_values=prev_v, prev_codes=prev_c,
-        pending_keys=k_all[:, :, pending:], pending_values=v_all[:, :, pending:], pending_codes=c_all[:, :, pending:],
-        seen=seen,
+        counts=counts, values=values, prev_keys=prev_k.clone(), prev_values=prev_v.clone(), prev_codes=prev_c.clone(),
+        pending_keys=k_all[:, :, pending:].clone(), pending_values=v_all[:, :, pending:].clone(),
+        pending_codes=c_all[:, :, pending:].clone(), seen=seen,
     )
     return torch.cat(outputs, dim=2).transpose(1, 2).to(q.dtype), (final if output_final_state else None)
