@@ -19,7 +19,7 @@ ratios against OVQ measured in the same run:
   read, the assignment (argmax over the N slots) and the write (growth + k-means merge, a
   gather/scatter-add of L rows): the write does not grow with N;
 - flops: achieved FLOP/s of the OVQ read next to the machine's matmul peak, both measured here;
-- recompute (only when asked for): OVQ training time and peak memory with ``recompute_chunks`` = S.
+- recompute (only when asked for): OVQ and VQ training time and peak memory with ``recompute_chunks`` = S.
 
 Then the issue's targets (OVQ N = 1024, chunk 64, d = 64, 4 heads): T = 16k >= 3x faster than full
 attention, 64k >= 10x; time per token at 64k within 1.2x of 4k; streaming peak memory at 64k within
@@ -219,20 +219,23 @@ def measure_one(spec: dict, args, label: str) -> Optional[dict]:
     return r
 
 
-def run_recompute(groups: List[int], Ts: List[int], args) -> Dict[int, Dict[int, dict]]:
-    """OVQ training (forward + backward) with ``recompute_chunks`` = S: time and peak memory added,
-    one fresh process per point (S = 0: the plain graph)."""
-    out: Dict[int, Dict[int, dict]] = {}
-    if args.device == "cuda":          # in process there: compile the kernels before the first point
-        worker({"mode": "train", "mixer": "ovq", "T": 1024, "segment": args.segment, "device": "cuda",
-                "threads": args.threads})
-    for S in groups:
-        opts = dict(MIXER_OPTIONS["ovq"], recompute_chunks=S)
-        out[S] = {}
-        for T in Ts:
-            r = measure_one({"mode": "train", "mixer": "ovq", "options": opts, "T": T}, args, label=f"recompute S={S:<3d}")
-            if r is not None:
-                out[S][T] = r
+def run_recompute(mixers: List[str], groups: List[int], Ts: List[int], args) -> Dict[str, Dict[int, Dict[int, dict]]]:
+    """OVQ / VQ training (forward + backward) with ``recompute_chunks`` = S: time and peak memory
+    added, one fresh process per point (S = 0: the plain graph). Returns {mixer: {S: {T: point}}}."""
+    out: Dict[str, Dict[int, Dict[int, dict]]] = {}
+    for m in mixers:
+        if args.device == "cuda":          # in process there: compile the kernels before the first point
+            worker({"mode": "train", "mixer": m, "T": 1024, "segment": args.segment, "device": "cuda",
+                    "threads": args.threads})
+        out[m] = {}
+        for S in groups:
+            opts = dict(MIXER_OPTIONS[m], recompute_chunks=S)
+            out[m][S] = {}
+            for T in Ts:
+                r = measure_one({"mode": "train", "mixer": m, "options": opts, "T": T}, args,
+                                label=f"recompute {m} S={S:<3d}")
+                if r is not None:
+                    out[m][S][T] = r
     return out
 
 
@@ -472,7 +475,8 @@ def main(argv=None) -> int:
     if "flops" in sections:
         results["flops"] = run_flops(args)
     if "recompute" in sections:
-        results["recompute"] = run_recompute([int(x) for x in args.recompute_chunks.split(",")], Ts_mem, args)
+        results["recompute"] = run_recompute([m for m in ("ovq", "vq") if m in mixers],
+                                             [int(x) for x in args.recompute_chunks.split(",")], Ts_mem, args)
     results["machine"]["loadavg_end"] = load_average()
     results["seconds"] = time.time() - t_start
 
@@ -538,12 +542,12 @@ def main(argv=None) -> int:
                              [[f"{f['read_gflops']:.1f}", f"{f['bmm_same_shape_gflops']:.1f}", f"{f['matmul_peak_gflops']:.1f}",
                                f"{f['read_gflops'] / f['matmul_peak_gflops']:.2f}"]]))
     if "recompute" in results:
-        print("\n## OVQ training with recompute_chunks = S: forward + backward time, peak memory added (MB)\n")
-        c = results["recompute"]
-        Ts_c = sorted({T for r in c.values() for T in r})
-        print(markdown_table(["T"] + [f"S={S}" for S in c], [[tk(T)] + [
-            "-" if T not in c[S] else f"{fmt_time(c[S][T]['seconds'])}, {fmt_mb(c[S][T]['peak'])} MB" for S in c]
-            for T in Ts_c]))
+        for m, c in results["recompute"].items():
+            print(f"\n## {m} training with recompute_chunks = S: forward + backward time, peak memory added (MB)\n")
+            Ts_c = sorted({T for r in c.values() for T in r})
+            print(markdown_table(["T"] + [f"S={S}" for S in c], [[tk(T)] + [
+                "-" if T not in c[S] else f"{fmt_time(c[S][T]['seconds'])}, {fmt_mb(c[S][T]['peak'])} MB" for S in c]
+                for T in Ts_c]))
     if "prefill" in results or "stream" in results:
         print("\n## targets (OVQ N = 1024, chunk 64, d = 64, 4 heads)\n")
         print(markdown_table(["target", "measured", "goal", "status"],

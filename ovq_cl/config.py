@@ -56,6 +56,7 @@ class VQAttentionConfig:
     ema_decay: float = 0.99
     commitment_weight: float = 1e-4
     state_grad: str = "full"           # full | detach
+    recompute_chunks: int = 0          # training: keep the graph of 1 in S chunks, recompute the rest (0 = off)
 
 
 @dataclass

@@ -27,7 +27,7 @@ class VQAttention(Mixer):
     def __init__(
         self, d_model: int, n_heads: int, head_dim: Optional[int] = None, codebook_size: int = 256,
         chunk_size: int = 32, beta_init: float = 8.0, learn_beta: bool = True, ema_decay: float = 0.99,
-        commitment_weight: float = 1e-4, state_grad: str = "full",
+        commitment_weight: float = 1e-4, state_grad: str = "full", recompute_chunks: int = 0,
     ) -> None:
         super().__init__(d_model, n_heads, head_dim)
         if codebook_size < 1:
@@ -45,6 +45,9 @@ class VQAttention(Mixer):
         self.register_buffer("ema_counts", torch.ones(n_heads, codebook_size))
         self.register_buffer("ema_sums", codebook.clone())
         self.chunk_size, self.ema_decay, self.commitment_weight, self.state_grad = chunk_size, ema_decay, commitment_weight, state_grad
+        if int(recompute_chunks) < 0:
+            raise ValueError(f"VQAttention: recompute_chunks must be >= 0 (0 = off), got {recompute_chunks}")
+        self.recompute_chunks = int(recompute_chunks)
         self.aux_loss: Optional[torch.Tensor] = None
 
     def forward(self, x: torch.Tensor, state: Optional[VQState] = None) -> Tuple[torch.Tensor, VQState]:
@@ -57,7 +60,8 @@ class VQAttention(Mixer):
         self.aux_loss = self.commitment_weight * (k - k_hat.detach()).pow(2).sum(-1).mean()
         k_st = k + (k_hat - k).detach()
         o, state = vq_attention(
-            q, k_st, v, codes, self.log_beta.exp(), self.codebook, self.chunk_size, self.state_grad, initial_state=state
+            q, k_st, v, codes, self.log_beta.exp(), self.codebook, self.chunk_size, self.state_grad, initial_state=state,
+            recompute_chunks=self.recompute_chunks,
         )
         if self.training:
             self._ema_update(k.detach(), codes)

@@ -33,6 +33,7 @@ import torch
 
 from ovq_cl.ops.common import check_head_vector, check_qkv, check_state_shape, compute_dtype, l2norm
 from ovq_cl.ops.dictionary import dictionary_chunk_read  # noqa: F401  (re-exported by ovq_cl.ops.ovq)
+from ovq_cl.ops.recompute import recomputed
 from ovq_cl.state import MixerState
 
 GROWTH_KINDS = ("plateau", "linear")
@@ -580,7 +581,7 @@ def _chunk_step(
 
 def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OVQPrimitives):
     """The training loop with ``recompute_chunks`` = S: runs of up to S full chunks whose queries
-    start at the chunk's first position go through :class:`_RecomputedSegment`; the others (a first
+    start at the chunk's first position go through :func:`~ovq_cl.ops.recompute.recomputed`; the others (a first
     chunk continuing pending tokens, a last partial chunk) run as usual. Returns (reads, state)."""
     L, S = params.chunk_size, int(params.recompute_chunks)
     step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=False)
@@ -598,8 +599,8 @@ def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OV
         info: dict = {}
         run = functools.partial(_run_segment, state.seen, state.n_active, state.pending_keys,
                                 state.pending_values, params, prims, info)
-        o_seg, keys, values, counts = _RecomputedSegment.apply(
-            run, state.keys, state.values, state.counts, beta, q_seg, k_seg, v_seg)
+        o_seg, keys, values, counts = recomputed(run, state.keys, state.values, state.counts, beta,
+                                                 q_seg, k_seg, v_seg, non_differentiable=(3,))
         state = dataclasses.replace(state, keys=keys, values=values, counts=counts,
                                     seen=info["seen"], n_active=info["n_active"])
         outputs.extend(o_seg.split(L, dim=2))
@@ -621,43 +622,6 @@ def _run_segment(seen, n_active, pending_keys, pending_values, params, prims, in
     info["seen"], info["n_active"] = state.seen, state.n_active
     return torch.cat(outs, dim=2), state.keys, state.values, state.counts
 
-
-class _RecomputedSegment(torch.autograd.Function):
-    """Chunks run without keeping their graph; the backward runs them again with it.
-
-    forward(run, keys, values, counts, beta, q_seg, k_seg, v_seg) -> (reads, keys, values, counts)
-    where ``run`` is :func:`_run_segment` bound to the segment's start. Saves only the inputs (the
-    dictionary at the segment's start and the segment's q, k, v). The rerun happens under the
-    forward's autocast state. On CUDA, scatter-adds with repeated slots use atomics, so the rerun can
-    differ from the forward in the last bits (as with any activation checkpointing). No double
-    backward (``create_graph=True``): it raises."""
-
-    @staticmethod
-    def forward(ctx, run, keys, values, counts, beta, q_seg, k_seg, v_seg):
-        ctx.run = run
-        ctx.device_type = q_seg.device.type
-        ctx.autocast = (torch.is_autocast_enabled(ctx.device_type), torch.get_autocast_dtype(ctx.device_type))
-        ctx.save_for_backward(keys, values, counts, beta, q_seg, k_seg, v_seg)
-        o, new_keys, new_values, new_counts = run(keys, values, counts, beta, q_seg, k_seg, v_seg)
-        ctx.mark_non_differentiable(new_counts)
-        return o, new_keys, new_values, new_counts
-
-    @staticmethod
-    def backward(ctx, g_o, g_keys, g_values, _g_counts):
-        if torch.is_grad_enabled():
-            raise RuntimeError("OVQ recompute_chunks: double backward (create_graph=True) is not supported; "
-                               "use recompute_chunks=0")
-        needs = ctx.needs_input_grad[1:]
-        inputs = [t.detach().requires_grad_(n) for t, n in zip(ctx.saved_tensors, needs)]
-        enabled, dtype = ctx.autocast
-        with torch.enable_grad(), torch.autocast(ctx.device_type, dtype=dtype, enabled=enabled):
-            o, new_keys, new_values, _ = ctx.run(*inputs)
-        pairs = [(t, g) for t, g in ((o, g_o), (new_keys, g_keys), (new_values, g_values))
-                 if g is not None and t.requires_grad]
-        wanted = [t for t in inputs if t.requires_grad]
-        grads = iter(torch.autograd.grad([t for t, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
-                     if pairs and wanted else [])
-        return (None,) + tuple(next(grads) if n else None for n in needs)
 
 
 def ovq_attention_chunked(

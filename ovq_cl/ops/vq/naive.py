@@ -15,11 +15,13 @@ learned online per sequence.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional, Tuple
 
 import torch
 
 from ovq_cl.ops.common import check_head_vector, check_qkv, compute_dtype
+from ovq_cl.ops.recompute import recomputed
 from ovq_cl.ops.dictionary import dictionary_chunk_read, scatter_mean_update
 from ovq_cl.state import MixerState
 
@@ -65,10 +67,12 @@ def quantize(k: torch.Tensor, codebook: torch.Tensor) -> Tuple[torch.Tensor, tor
 def vq_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, codes: torch.Tensor, beta: torch.Tensor,
     codebook: torch.Tensor, chunk_size: int, state_grad: str = "full",
-    initial_state: Optional[VQState] = None, output_final_state: bool = True,
+    initial_state: Optional[VQState] = None, output_final_state: bool = True, recompute_chunks: int = 0,
 ) -> Tuple[torch.Tensor, Optional[VQState]]:
     """q: [B, T, H, Dk] unit queries; k: [B, T, H, Dk] quantised keys (straight-through in training);
     v: [B, T, H, Dv]; codes: [B, T, H] the code of every key; beta: [H]; codebook: [H, S, Dk].
+    recompute_chunks: 0 = off; S > 0 = with autograd, runs of S full chunks keep no graph and are
+    rerun in the backward (as OVQ's option of that name; same values and gradients).
     Returns o [B, T, H, Dv] and the final state."""
     op = "vq_attention"
     check_qkv(q, k, v, op)
@@ -82,6 +86,8 @@ def vq_attention(
         raise ValueError(f"{op}: chunk_size must be >= 1, got {chunk_size}")
     if state_grad not in STATE_GRAD_KINDS:
         raise ValueError(f"{op}: state_grad must be one of {STATE_GRAD_KINDS}, got {state_grad!r}")
+    if int(recompute_chunks) < 0:
+        raise ValueError(f"{op}: recompute_chunks must be >= 0 (0 = off), got {recompute_chunks}")
     dtype = compute_dtype(q.dtype)
     S = codebook.shape[1]
     if initial_state is None:
@@ -103,22 +109,35 @@ def vq_attention(
     # split once: slicing per chunk would make the backward O(T^2 / L) (one full-size grad per slice);
     # the queries are padded in front so that their chunks line up with the keys'
     q_padded = torch.cat([qt.new_zeros(B, H, n_pending, Dk), qt], dim=2) if n_pending else qt
-    chunks = zip(q_padded.split(L, 2), k_all.split(L, 2), v_all.split(L, 2), c_all.split(L, 2))
-    for index, (qc, kc, vc, cc) in enumerate(chunks):
+    chunks = list(zip(q_padded.split(L, 2), k_all.split(L, 2), v_all.split(L, 2), c_all.split(L, 2)))
+    needs_graph = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, beta))
+    group = int(recompute_chunks) if needs_graph else 0
+    index = 0
+    while index < len(chunks):
         start = index * L
+        run_end = index
+        while group and run_end < len(chunks) and run_end - index < group and run_end * L >= n_pending \
+                and chunks[run_end][1].shape[2] == L:
+            run_end += 1
+        if run_end > index:                       # full chunks from their first query: recomputed segment
+            q_seg, k_seg, v_seg, c_seg = (torch.cat([c[n] for c in chunks[index:run_end]], dim=2) for n in range(4))
+            run = functools.partial(_vq_segment, L, state_grad)
+            o_seg, values, counts, prev_k, prev_v, prev_c = recomputed(
+                run, values, counts, prev_k, prev_v, prev_c, dict_keys, beta, q_seg, k_seg, v_seg, c_seg,
+                non_differentiable=(2, 5))
+            outputs.append(o_seg)
+            seen += (run_end - index) * L
+            index = run_end
+            continue
+        qc, kc, vc, cc = chunks[index]
         end = start + kc.shape[2]
         q_start = max(start, n_pending)
-        if state_grad == "detach":
-            values, prev_k, prev_v = values.detach(), prev_k.detach(), prev_v.detach()
-        n_prev = prev_k.shape[2]
-        outputs.append(dictionary_chunk_read(
-            qc[:, :, q_start - start:], torch.cat([prev_k, kc], 2), torch.cat([prev_v, vc], 2),
-            dict_keys, values, counts.log(), beta, q_offset=n_prev + q_start - start,
-        ))
-        if end - start == L:
-            values, counts = scatter_mean_update(values, counts, prev_c, prev_v)
-            prev_k, prev_v, prev_c = kc, vc, cc
-            seen += L
+        o_c, values, counts, prev_k, prev_v, prev_c = _vq_chunk(
+            values, counts, prev_k, prev_v, prev_c, dict_keys, beta, qc[:, :, q_start - start:], kc, vc, cc,
+            q_start - start, state_grad, absorb=end - start == L)
+        outputs.append(o_c)
+        seen += L if end - start == L else 0
+        index += 1
     pending = (total // L) * L
     # copies, not views: a view of k_all / v_all would keep the whole sequence alive with the state
     final = VQState(
@@ -127,3 +146,31 @@ def vq_attention(
         pending_codes=c_all[:, :, pending:].clone(), seen=seen,
     )
     return torch.cat(outputs, dim=2).transpose(1, 2).to(q.dtype), (final if output_final_state else None)
+
+
+def _vq_chunk(values, counts, prev_k, prev_v, prev_c, dict_keys, beta, qc, kc, vc, cc, q_skip: int,
+              state_grad: str, absorb: bool):
+    """One chunk: the read of its queries (from local position q_skip) over [codes | previous block |
+    this chunk], then, for a full chunk, the previous block goes into the per-code means and this
+    chunk becomes the previous block. Returns (read, values, counts, prev_k, prev_v, prev_c)."""
+    if state_grad == "detach":
+        values, prev_k, prev_v = values.detach(), prev_k.detach(), prev_v.detach()
+    n_prev = prev_k.shape[2]
+    o = dictionary_chunk_read(qc, torch.cat([prev_k, kc], 2), torch.cat([prev_v, vc], 2),
+                              dict_keys, values, counts.log(), beta, q_offset=n_prev + q_skip)
+    if absorb:
+        values, counts = scatter_mean_update(values, counts, prev_c, prev_v)
+        prev_k, prev_v, prev_c = kc, vc, cc
+    return o, values, counts, prev_k, prev_v, prev_c
+
+
+def _vq_segment(L: int, state_grad: str, values, counts, prev_k, prev_v, prev_c, dict_keys, beta,
+                q_seg, k_seg, v_seg, c_seg):
+    """Full chunks [B, H, S L, *] in a row (for :func:`~ovq_cl.ops.recompute.recomputed`)."""
+    outs = []
+    for qc, kc, vc, cc in zip(q_seg.split(L, 2), k_seg.split(L, 2), v_seg.split(L, 2), c_seg.split(L, 2)):
+        o, values, counts, prev_k, prev_v, prev_c = _vq_chunk(
+            values, counts, prev_k, prev_v, prev_c, dict_keys, beta, qc, kc, vc, cc, 0, state_grad, absorb=True)
+        outs.append(o)
+    # the previous block is returned as its own tensors, not as views of this segment's inputs
+    return torch.cat(outs, dim=2), values, counts, prev_k.clone(), prev_v.clone(), prev_c.clone()
