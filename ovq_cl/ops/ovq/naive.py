@@ -515,7 +515,8 @@ def ovq_chunk_loop(
     No loop per token: one iteration per chunk of L tokens, batched over lanes and heads. Without
     autograd (inference, ``torch.no_grad``, or no input requiring grad) the state is copied once per
     call (only if a chunk is absorbed) and then updated in place; with autograd every update is
-    functional, so the graph of ``state_grad="full"`` runs through all chunks.
+    functional, so the graph of ``state_grad="full"`` runs through all chunks (with
+    ``params.recompute_chunks`` = S, only one chunk in S keeps its part of that graph).
     """
     state, qn, kn, vt, beta = _prepare(q, k, v, beta, params, initial_state, "ovq_attention")
     inplace = _updates_in_place(q, k, v, beta)
@@ -581,8 +582,9 @@ def _chunk_step(
 
 def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OVQPrimitives):
     """The training loop with ``recompute_chunks`` = S: runs of up to S full chunks whose queries
-    start at the chunk's first position go through :func:`~ovq_cl.ops.recompute.recomputed`; the others (a first
-    chunk continuing pending tokens, a last partial chunk) run as usual. Returns (reads, state)."""
+    start at the chunk's first position go through :func:`~ovq_cl.ops.recompute.recomputed`; the
+    others (a first chunk continuing pending tokens, a last partial chunk) run as usual.
+    Returns (reads, state)."""
     L, S = params.chunk_size, int(params.recompute_chunks)
     step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=False)
     outputs, i = [], 0
@@ -621,7 +623,6 @@ def _run_segment(seen, n_active, pending_keys, pending_values, params, prims, in
         outs.append(o_c)
     info["seen"], info["n_active"] = state.seen, state.n_active
     return torch.cat(outs, dim=2), state.keys, state.values, state.counts
-
 
 
 def ovq_attention_chunked(
