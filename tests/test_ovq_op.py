@@ -394,3 +394,12 @@ def test_recomputed_chunks_follow_autocast_and_refuse_double_backward():
     o, _ = ovq_attention(q, k, v, torch.full((2,), 4.0, dtype=F64), dataclasses.replace(base, recompute_chunks=2))
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(o.sum(), q, create_graph=True)
+
+
+def test_segment_runs_cover_every_chunk_once_in_order():
+    from ovq_cl.ops.recompute import segment_runs
+
+    eligible = [False, True, True, True, False, True, True]
+    assert segment_runs(eligible, 2) == [(0, 1, False), (1, 3, True), (3, 4, True), (4, 5, False), (5, 7, True)]
+    assert segment_runs(eligible, 0) == [(i, i + 1, False) for i in range(7)]
+    assert segment_runs([], 3) == []

@@ -11,7 +11,7 @@ loop of out-of-place state updates under it stayed resident after every output w
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence, Tuple
+from typing import Callable, List, Sequence, Tuple
 
 import torch
 
@@ -58,3 +58,17 @@ def recomputed(run: Callable[..., Tuple[torch.Tensor, ...]], *inputs: torch.Tens
                non_differentiable: Sequence[int] = ()) -> Tuple[torch.Tensor, ...]:
     """``run(*inputs)`` through :class:`RecomputedSegment` (see there)."""
     return RecomputedSegment.apply(run, tuple(non_differentiable), *inputs)
+
+
+def segment_runs(eligible: Sequence[bool], size: int) -> List[Tuple[int, int, bool]]:
+    """Chunk index ranges ``(start, end, recompute)`` covering all chunks in order: consecutive
+    eligible chunks in runs of at most ``size`` (recompute=True), every other chunk alone (False).
+    ``size`` = 0 puts every chunk alone."""
+    runs, i = [], 0
+    while i < len(eligible):
+        j = i
+        while size and j < len(eligible) and j - i < size and eligible[j]:
+            j += 1
+        runs.append((i, j, True) if j > i else (i, i + 1, False))
+        i = max(j, i + 1)
+    return runs

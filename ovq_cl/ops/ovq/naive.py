@@ -33,7 +33,7 @@ import torch
 
 from ovq_cl.ops.common import check_head_vector, check_qkv, check_state_shape, compute_dtype, l2norm
 from ovq_cl.ops.dictionary import dictionary_chunk_read  # noqa: F401  (re-exported by ovq_cl.ops.ovq)
-from ovq_cl.ops.recompute import recomputed
+from ovq_cl.ops.recompute import recomputed, segment_runs
 from ovq_cl.state import MixerState
 
 GROWTH_KINDS = ("plateau", "linear")
@@ -585,17 +585,14 @@ def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OV
     start at the chunk's first position go through :func:`~ovq_cl.ops.recompute.recomputed`; the
     others (a first chunk continuing pending tokens, a last partial chunk) run as usual.
     Returns (reads, state)."""
-    L, S = params.chunk_size, int(params.recompute_chunks)
+    L = params.chunk_size
     step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=False)
-    outputs, i = [], 0
-    while i < len(chunks):
-        j = i
-        while j < len(chunks) and j - i < S and chunks[j][0] == 0 and chunks[j][1].shape[2] == chunks[j][2].shape[2] == L:
-            j += 1
-        if j == i:                                                    # not a plain full chunk: as usual
+    outputs = []
+    eligible = [q_offset == 0 and qc.shape[2] == kc.shape[2] == L for q_offset, qc, kc, _ in chunks]
+    for i, j, recompute in segment_runs(eligible, int(params.recompute_chunks)):
+        if not recompute:                                             # not a plain full chunk: as usual
             o_c, state = step(state, *chunks[i])
             outputs.append(o_c)
-            i += 1
             continue
         q_seg, k_seg, v_seg = (torch.cat([c[n] for c in chunks[i:j]], dim=2) for n in (1, 2, 3))
         info: dict = {}
@@ -606,7 +603,6 @@ def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OV
         state = dataclasses.replace(state, keys=keys, values=values, counts=counts,
                                     seen=info["seen"], n_active=info["n_active"])
         outputs.extend(o_seg.split(L, dim=2))
-        i = j
     return outputs, state
 
 

@@ -21,7 +21,7 @@ from typing import Optional, Tuple
 import torch
 
 from ovq_cl.ops.common import check_head_vector, check_qkv, compute_dtype
-from ovq_cl.ops.recompute import recomputed
+from ovq_cl.ops.recompute import recomputed, segment_runs
 from ovq_cl.ops.dictionary import dictionary_chunk_read, scatter_mean_update
 from ovq_cl.state import MixerState
 
@@ -112,14 +112,9 @@ def vq_attention(
     chunks = list(zip(q_padded.split(L, 2), k_all.split(L, 2), v_all.split(L, 2), c_all.split(L, 2)))
     needs_graph = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, beta))
     group = int(recompute_chunks) if needs_graph else 0
-    index = 0
-    while index < len(chunks):
-        start = index * L
-        run_end = index
-        while group and run_end < len(chunks) and run_end - index < group and run_end * L >= n_pending \
-                and chunks[run_end][1].shape[2] == L:
-            run_end += 1
-        if run_end > index:                       # full chunks from their first query: recomputed segment
+    eligible = [i * L >= n_pending and c[1].shape[2] == L for i, c in enumerate(chunks)]
+    for index, run_end, recompute in segment_runs(eligible, group):
+        if recompute:                             # full chunks from their first query: recomputed segment
             q_seg, k_seg, v_seg, c_seg = (torch.cat([c[n] for c in chunks[index:run_end]], dim=2) for n in range(4))
             run = functools.partial(_vq_segment, L, state_grad)
             o_seg, values, counts, prev_k, prev_v, prev_c = recomputed(
@@ -127,9 +122,9 @@ def vq_attention(
                 non_differentiable=(2, 5))
             outputs.append(o_seg)
             seen += (run_end - index) * L
-            index = run_end
             continue
         qc, kc, vc, cc = chunks[index]
+        start = index * L
         end = start + kc.shape[2]
         q_start = max(start, n_pending)
         o_c, values, counts, prev_k, prev_v, prev_c = _vq_chunk(
@@ -137,7 +132,6 @@ def vq_attention(
             q_start - start, state_grad, absorb=end - start == L)
         outputs.append(o_c)
         seen += L if end - start == L else 0
-        index += 1
     pending = (total // L) * L
     # copies, not views: a view of k_all / v_all would keep the whole sequence alive with the state
     final = VQState(
