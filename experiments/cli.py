@@ -24,7 +24,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                          help="KEY=V1;V2;... (repeatable), e.g. --grid 'model.layers=[ovq];[full]' --grid 'seed=0;1;2'")
     sweep_p.add_argument("--name", default="sweep", help="name of the parent MLflow run")
     sweep_p.add_argument("--out", default="outputs/sweeps", help="folder for the table and the plot")
-    cmp_p = sub.add_parser("compare", help="mean ± std over seeds of the finished runs in an MLflow experiment")
+    cmp_p = sub.add_parser("compare", help="95%% intervals over seeds, and paired tests against a baseline, of "
+                                           "finished runs (an MLflow experiment, or sweep JSON files)")
+    cmp_p.add_argument("json", nargs="*", help="sweep JSON files (ovq-cl sweep --out); default: the MLflow experiment")
+    cmp_p.add_argument("--baseline", default=None,
+                       help="a configuration (its row name) or mixer pattern (e.g. ovq, swa+ovq) to pair every other with")
     cmp_p.add_argument("--experiment", default="ovq-cl")
     cmp_p.add_argument("--tracking-uri", default=None)
     cmp_p.add_argument("--filter", default="", help="an MLflow search filter, e.g. \"params.strategy.name = 'frozen'\"")
@@ -74,18 +78,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(os.path.join(args.out, f"{args.name}.md"), "w") as fh:
             fh.write(text + "\n")
         with open(os.path.join(args.out, f"{args.name}.json"), "w") as fh:
-            json.dump([{"label": r.config.label(), "R": r.R, "summary": r.summary, "tokens_after": r.tokens_after,
-                        "state_bytes": r.state_bytes, "run_id": r.run_id, "meta_history": r.meta_history}
-                       for r in results], fh, indent=1)
+            json.dump([r.record() for r in results], fh, indent=1)
         if results:
-            print("plot:", compare.curves_plot(results, os.path.join(args.out, f"{args.name}.png"), args.name))
+            records = [compare.record_from_result(r) for r in results]
+            print("plot:", compare.curves_plot(records, os.path.join(args.out, f"{args.name}.png"), args.name))
         for label, err in failures:
             print(f"FAILED {label}: {err}")
         return 1 if failures else 0
     elif args.command == "compare":
-        from experiments.compare import mlflow_table
+        import json
 
-        print(mlflow_table(args.experiment, args.tracking_uri, args.filter))
+        from experiments import compare
+
+        if args.json:
+            records = [compare.record_from_json(d) for path in args.json for d in json.load(open(path))]
+        else:
+            records = compare.mlflow_records(args.experiment, args.tracking_uri, args.filter)
+        if not records:
+            print("no finished runs found")
+            return 1
+        print(compare.summary_table(records))
+        if args.baseline:
+            print()
+            print(compare.paired_table(records, args.baseline))
     elif args.command == "state-sizes":
         from experiments.state_sizes import state_size_table
 
@@ -101,7 +116,17 @@ def _print_result(result) -> None:
     for j, row in enumerate(R):
         print(f"R[{j}]  " + " ".join(f"{'' if v is None else format(v, '.3f'):>8}" for v in row))
     print("  ".join(f"{k}={v:.4f}" for k, v in result.summary.items()))
-    print(f"state bytes per layer (all lanes): {result.state_bytes}   MLflow run: {result.run_id}")
+    if result.summary_current:
+        print("against the facts in force:  " + "  ".join(f"{k}={v:.4f}" for k, v in result.summary_current.items()))
+    g, s = result.gate, result.stream_gate
+    if g.get("learned") is not None:
+        print(f"learned gate (held-out episodes, fresh state): score {g['score']:.3f} ± {g['standard_error']:.3f}, "
+              f"chance {g['chance']:.3f}, skill {g['skill']:.2f} (>= {g['threshold']}): "
+              f"{'learned' if g['learned'] else 'NOT LEARNED'}")
+    print(f"stream gate (mean R[j][j] vs chance {s['chance']:.3f}): skill {s['skill']:.2f} (>= {s['threshold']}): "
+          f"{'learned' if s['learned'] else 'NOT LEARNED: forgetting means nothing here'}")
+    print(f"state bytes per layer and lane: {[int(b) for b in result.state_bytes_per_lane]}   "
+          f"parameters: {result.parameters:,}   MLflow run: {result.run_id}")
 
 
 if __name__ == "__main__":

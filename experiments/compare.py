@@ -1,45 +1,117 @@
-"""Comparisons across runs: mean and spread over seeds, never a single run.
+"""Comparisons across runs: intervals over seeds, paired tests between configurations, never a single run.
 
-The meta-training score (the task metric on the last meta-training batches) is shown beside the
-stream's numbers: a mixer that never learned the task in meta-training cannot forget it, so its
-forgetting numbers mean nothing.
+A *configuration* is everything in a run's config except its seeds (``experiments.config.SEED_KEYS``:
+the model seed ``seed`` and the data seeds ``stream.options.seed`` / ``meta_seed``); its runs over
+seeds are replicates. Every row shows mean ± std [95% CI] (n) over replicates, the metric's name,
+state bytes per layer and lane, and parameters.
 
-Rows group runs that differ only by seed (same stream, layers, strategy, memory policy, and every other
-config value); each cell is ``mean ± std (n)`` over seeds.
+Runs that did not learn (``strategies.gate``: held-out skill or the stream's learning score below
+threshold) have no forgetting: their forgetting and BWT cells say ``not learned`` and are left out of
+the interval, never shown as small numbers beside real ones.
+
+Runs come from three sources, all turned into :class:`RunRecord`: a sweep's RunResults, the JSON a
+sweep writes (``ovq-cl sweep ... --out``), or the runs of an MLflow experiment (``ovq-cl compare``).
 """
 from __future__ import annotations
 
 import math
 import statistics
 from collections import defaultdict
-from typing import Dict, Iterable, List, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from experiments.config import SEED_KEYS
+from experiments.statistics import mean_interval, paired_comparison
 from strategies import forgetting
 
-COLUMNS = ("final_average", "learning_average", "average_forgetting", "bwt")
+SCORES = ("final_average", "learning_average")
+FORGETTING = ("forgetting_max", "forgetting_learned", "bwt")
+COLUMNS = SCORES + FORGETTING
+CURRENT_COLUMNS = ("final_average", "forgetting_max", "forgetting_learned", "updated_fraction", "stale_fraction")
+IGNORED_PREFIXES = ("tracking.", "checkpoint.", "output_dir", "progress")
 
 
-def _stats(values: Sequence[float]) -> str:
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
-        return "-"
-    mean = statistics.fmean(values)
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:.3f} ± {spread:.3f} ({len(values)})"
+@dataclass
+class RunRecord:
+    """What a comparison needs of one run."""
+
+    label: str
+    params: Dict[str, str]
+    metric: str
+    summary: Dict[str, float]
+    summary_current: Dict[str, float] = field(default_factory=dict)
+    learned: Optional[bool] = None            # both gates (None: not measured)
+    gate_skill: float = math.nan              # held-out skill against chance
+    stream_skill: float = math.nan            # skill of the mean learning score on the stream
+    state_bytes: List[float] = field(default_factory=list)   # per layer and lane
+    parameters: int = 0
+    seed: Optional[int] = None
+    data_seed: Optional[int] = None
+    R: Optional[List[List[Optional[float]]]] = None
+    tokens_after: Optional[List[int]] = None
+
+    @property
+    def replicate(self) -> Tuple:
+        """What pairs two runs of different configurations: the model seed and the data seed."""
+        return (self.seed, self.data_seed)
 
 
-IGNORED_PREFIXES = ("seed", "tracking.", "checkpoint.", "output_dir", "progress")
+def record_from_json(d: Dict[str, Any]) -> RunRecord:
+    """A record from ``RunResult.record()`` (the sweep's JSON, MLflow's ``results.json``)."""
+    return RunRecord(
+        label=d["label"], params=dict(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
+        summary_current=dict(d.get("summary_current") or {}), learned=d.get("learned"),
+        gate_skill=_num((d.get("gate") or {}).get("skill")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
+        state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
+        seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
+    )
+
+
+def record_from_result(result) -> RunRecord:
+    return record_from_json(result.record())
+
+
+def record_from_mlflow(row: Dict[str, Any]) -> RunRecord:
+    """A record from :func:`experiments.tracking.runs_table`'s row (latest metric values, params, tags)."""
+    m, p, tags = row["metrics"], row["params"], row["tags"]
+    flag = {"true": True, "false": False}.get(tags.get("learned_overall", ""), None)
+    layers = sorted((k for k in m if k.startswith("state_bytes/layer")), key=lambda k: int(k.rsplit("layer", 1)[1]))
+    return RunRecord(
+        label=row.get("run_name", ""), params=dict(p), metric=tags.get("metric", "?"),
+        summary={k[len("final/"):]: v for k, v in m.items() if k.startswith("final/")},
+        summary_current={k[len("final_current/"):]: v for k, v in m.items() if k.startswith("final_current/")},
+        learned=flag, gate_skill=_num(m.get("gate/skill")), stream_skill=_num(m.get("stream_gate/skill")),
+        state_bytes=[m[k] for k in layers], parameters=int(m.get("model/parameters", 0)),
+        seed=_int(p.get("seed")), data_seed=_int(p.get("stream.options.seed", p.get("seed"))),
+    )
+
+
+def _num(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _int(v) -> Optional[int]:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------------------------- grouping
+
+
+def _is_seed_or_bookkeeping(key: str) -> bool:
+    return key in SEED_KEYS or key.startswith(IGNORED_PREFIXES)
 
 
 def _varying(param_sets: Sequence[Dict[str, str]]) -> List[str]:
-    """Config keys (not seed, tracking, checkpoints) whose values differ between runs."""
+    """Config keys (not seeds, tracking, checkpoints) whose values differ between runs."""
     keys = set().union(*param_sets) if param_sets else set()
-    return sorted(k for k in keys if not k.startswith(IGNORED_PREFIXES)
-                  and len({p.get(k) for p in param_sets}) > 1)
+    return sorted(k for k in keys if not _is_seed_or_bookkeeping(k) and len({p.get(k) for p in param_sets}) > 1)
 
 
-def group_by_config(items: Sequence, params_of) -> Dict[str, List]:
-    """Items whose configs differ only by seed share a group; the group's name lists the differing values."""
+def group_by_config(items: Sequence, params_of: Callable) -> Dict[str, List]:
+    """Items whose configs differ only by seeds share a group; the group's name lists the differing values."""
     params = [params_of(it) for it in items]
     varying = _varying(params)
     groups: Dict[str, List] = defaultdict(list)
@@ -49,73 +121,167 @@ def group_by_config(items: Sequence, params_of) -> Dict[str, List]:
     return groups
 
 
-def group_results(results: Iterable) -> Dict[str, List]:
-    """RunResults grouped by their config without the seed."""
-    from experiments.tracking import flatten_config
-
-    return group_by_config(list(results), lambda r: flatten_config(r.config))
+def group_records(records: Iterable[RunRecord]) -> Dict[str, List[RunRecord]]:
+    return group_by_config(list(records), lambda r: r.params)
 
 
-def mlflow_table(experiment: str, tracking_uri: str = None, filter_string: str = "") -> str:
-    """The same comparison from the runs in an MLflow experiment (finished runs only, sweep parents skipped)."""
+# ------------------------------------------------------------------------------------------- tables
+
+
+def _gate_cell(runs: Sequence[RunRecord]) -> str:
+    measured = [r for r in runs if r.learned is not None]
+    if not measured:
+        return "unmeasured"
+    k = sum(bool(r.learned) for r in measured)
+    skill = mean_interval([r.gate_skill for r in runs])
+    text = f"{k}/{len(measured)} learned"
+    return text + (f" (skill {skill.mean:.2f})" if skill.n else "")
+
+
+def _cell(runs: Sequence[RunRecord], column: str, current: bool = False, needs_learning: bool = False) -> str:
+    source = (lambda r: r.summary_current) if current else (lambda r: r.summary)
+    if needs_learning:
+        kept = [r for r in runs if r.learned is not False]
+        if not kept:
+            return "not learned"
+        text = mean_interval([source(r).get(column, math.nan) for r in kept]).format()
+        return text if len(kept) == len(runs) else f"{text}; {len(runs) - len(kept)} not learned, left out"
+    return mean_interval([source(r).get(column, math.nan) for r in runs]).format()
+
+
+def _bytes_cell(runs: Sequence[RunRecord]) -> str:
+    per_layer = runs[0].state_bytes
+    if not per_layer:
+        return "-"
+    distinct = sorted({int(round(b)) for b in per_layer})
+    return " / ".join(f"{b:,}" for b in distinct)
+
+
+def summary_table(records: Iterable[RunRecord]) -> str:
+    """One row per configuration: gate, scores, both forgetting definitions and BWT (95% CIs over seeds),
+    state bytes per layer and lane, parameters. A second table against the facts in force when any
+    run has one."""
+    records = list(records)
+    groups = group_records(records)
+    metric = ", ".join(sorted({r.metric for r in records})) or "?"
+    head = ["configuration", "n", "learned gate", *COLUMNS, "state bytes/layer/lane", "parameters"]
+    lines = [f"metric: {metric}; cells: mean ± std [95% CI] (n seeds); forgetting_max: Chaudhry et al. 2018, "
+             "forgetting_learned: Avalanche's (R[i][i] - R[j][i])", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups):
+        runs = groups[key]
+        cells = [key, str(len(runs)), _gate_cell(runs)]
+        cells += [_cell(runs, c, needs_learning=c in FORGETTING) for c in COLUMNS]
+        cells += [_bytes_cell(runs), f"{runs[0].parameters:,}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    with_current = {k: v for k, v in groups.items() if any(r.summary_current for r in v)}
+    if with_current:
+        head = ["configuration", "n", *[f"{c} (facts in force)" for c in CURRENT_COLUMNS]]
+        lines += ["", "Scored against the facts in force after each experience (R_current):", "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for key in sorted(with_current):
+            runs = with_current[key]
+            cells = [key, str(len(runs))] + [_cell(runs, c, current=True, needs_learning=c.startswith("forgetting"))
+                                              for c in CURRENT_COLUMNS]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:
+    """The group called ``name``, or the one group whose mixers (``model.layers`` joined by '+') are ``name``."""
+    if name in groups:
+        return name
+    matches = [k for k, runs in groups.items()
+               if "+".join(_layers(runs[0].params.get("model.layers", ""))) == name]
+    if len(matches) != 1:
+        raise ValueError(f"baseline {name!r} matches {len(matches)} configurations; known: {sorted(groups)}")
+    return matches[0]
+
+
+def _layers(text: str) -> List[str]:
+    return [t.strip(" '\"") for t in text.strip("[]").split(",") if t.strip()]
+
+
+def paired_table(records: Iterable[RunRecord], baseline: str,
+                 columns: Sequence[str] = ("final_average", "learning_average", "forgetting_max", "forgetting_learned")) -> str:
+    """Every configuration against ``baseline`` on the replicates (model seed, data seed) both ran:
+    difference (other - baseline) with its 95% CI, paired t and Wilcoxon signed-rank p, Cohen's d_z.
+    Forgetting pairs where either run did not learn are dropped."""
+    groups = group_records(records)
+    base_key = find_group(groups, baseline)
+    base = {r.replicate: r for r in groups[base_key]}
+    head = ["configuration - baseline", "metric", "n pairs", "difference [95% CI]", "paired t p", "Wilcoxon p", "d_z"]
+    lines = [f"baseline: {base_key}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups):
+        if key == base_key:
+            continue
+        others = {r.replicate: r for r in groups[key]}
+        shared = sorted(set(base) & set(others), key=str)
+        for column in columns:
+            pairs = [(others[s], base[s]) for s in shared]
+            if column in FORGETTING:
+                pairs = [(a, b) for a, b in pairs if a.learned is not False and b.learned is not False]
+            if not pairs:
+                lines.append(f"| {key} | {column} | 0 | not learned | | | |")
+                continue
+            c = paired_comparison([a.summary.get(column, math.nan) for a, _ in pairs],
+                                  [b.summary.get(column, math.nan) for _, b in pairs])
+            lines.append(f"| {key} | {column} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
+                         f"{_p(c.p_t)} | {_p(c.p_wilcoxon)} | {_f(c.effect_size_dz)} |")
+    return "\n".join(lines)
+
+
+def _p(p: float) -> str:
+    return "-" if math.isnan(p) else (f"{p:.1e}" if p < 1e-3 else f"{p:.3f}")
+
+
+def _f(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:+.2f}"
+
+
+def mlflow_records(experiment: str, tracking_uri: str = None, filter_string: str = "") -> List[RunRecord]:
+    """The finished runs of an MLflow experiment (sweep parents skipped) as records."""
     from experiments.tracking import runs_table
 
     rows = [r for r in runs_table(experiment, tracking_uri, filter_string)
             if r["status"] == "FINISHED" and r["tags"].get("kind") != "sweep"]
-    groups = group_by_config(rows, lambda r: r["params"])
-    head = ["configuration", "meta-train score", *COLUMNS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for key in sorted(groups):
-        runs = groups[key]
-        meta = [next((v for k, v in r["metrics"].items() if k.startswith("meta_train/") and k != "meta_train/loss"
-                      and k != "meta_train/final_loss"), math.nan) for r in runs]
-        cells = [key, _stats(meta)] + [_stats([r["metrics"].get(f"final/{c}", math.nan) for r in runs]) for c in COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return [record_from_mlflow(r) for r in rows]
 
 
-def table(results: Iterable, extra: Sequence[str] = ()) -> str:
-    """A markdown table: one row per configuration, mean ± std (n seeds) of the summary numbers."""
-    groups = group_results(results)
-    head = ["configuration", "meta-train score", *COLUMNS, "state bytes/layer/lane", *extra]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for key in sorted(groups):
-        runs = groups[key]
-        meta = [r.meta_history[-1].get(r.metric, math.nan) if r.meta_history else math.nan for r in runs]
-        cells = [key, _stats(meta)] + [_stats([r.summary.get(c, math.nan) for r in runs]) for c in COLUMNS]
-        lanes = runs[0].config.strategy.train_mb_size
-        cells.append(" / ".join(str(b // lanes) for b in runs[0].state_bytes))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def table(results: Iterable) -> str:
+    """The summary table of a sweep's RunResults."""
+    return summary_table(record_from_result(r) for r in results)
 
 
-def mean_matrix(runs: Sequence) -> List[List[float]]:
-    """Elementwise mean of the runs' R matrices."""
-    K = len(runs[0].R)
-    return [[statistics.fmean(r.R[j][i] for r in runs) for i in range(K)] for j in range(K)]
-
-
-def curves_plot(results: Iterable, path: str, title: str = "") -> str:
+def curves_plot(records: Iterable[RunRecord], path: str, title: str = "") -> str:
     """Mean forgetting curve per configuration: score on experience i against experiences since i,
-    averaged over i and seeds, with the spread over seeds as a band."""
+    averaged over i and seeds, with the spread over seeds as a band. Configurations with a run that did
+    not learn are drawn dashed and labelled so."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for key, runs in sorted(group_results(results).items()):
+    metric = "score"
+    for key, runs in sorted(group_records(records).items()):
+        runs = [r for r in runs if r.R is not None]
+        if not runs:
+            continue
+        metric = runs[0].metric
         K = len(runs[0].R)
         per_seed = []
         for r in runs:
-            rows = forgetting.forgetting_curve(r.R, r.tokens_after)
+            rows = forgetting.forgetting_curve(r.R, r.tokens_after or list(range(K)))
             per_seed.append([statistics.fmean(x["score"] for x in rows if x["experiences_since"] == d) for d in range(K)])
         mean = [statistics.fmean(s[d] for s in per_seed) for d in range(K)]
         sd = [statistics.stdev([s[d] for s in per_seed]) if len(per_seed) > 1 else 0.0 for d in range(K)]
-        ax.plot(range(K), mean, marker="o", label=key)
+        bad = sum(r.learned is False for r in runs)
+        label = key + (f"  [NOT LEARNED: {bad}/{len(runs)}]" if bad else "")
+        ax.plot(range(K), mean, marker="o", label=label, linestyle="--" if bad else "-")
         ax.fill_between(range(K), [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.15)
     ax.set_xlabel("experiences since the evaluated experience was learned")
-    ax.set_ylabel(runs[0].metric)
+    ax.set_ylabel(metric)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

@@ -56,6 +56,15 @@ class MetaTrainSection:
 
 
 @dataclass
+class GateSection:
+    """The learned gate (``strategies.gate``): skill = (score - chance) / (perfect - chance)."""
+    episodes: int = 256                    # held-out meta-training episodes, each from a fresh state
+    batch_size: int = 64
+    min_skill: float = 0.5                 # held-out skill to count as learned
+    min_stream_skill: float = 0.1          # skill of the mean learning score R[j][j] on the stream
+
+
+@dataclass
 class TrackingSection:
     enabled: bool = True
     experiment: str = "ovq-cl"
@@ -78,6 +87,7 @@ class RunConfig:
     strategy: StrategySection = field(default_factory=StrategySection)
     memory: MemorySection = field(default_factory=MemorySection)
     meta_train: MetaTrainSection = field(default_factory=MetaTrainSection)
+    gate: GateSection = field(default_factory=GateSection)
     tracking: TrackingSection = field(default_factory=TrackingSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     output_dir: str = "outputs"
@@ -92,7 +102,16 @@ class RunConfig:
 
         if self.memory.policy not in POLICIES:
             raise ValueError(f"run config: memory.policy must be one of {POLICIES}, got {self.memory.policy!r}")
+        if self.gate.episodes < 1 or self.gate.batch_size < 1:
+            raise ValueError(f"run config: gate.episodes and gate.batch_size must be >= 1, got "
+                             f"{self.gate.episodes}, {self.gate.batch_size}")
         return self
+
+    @property
+    def data_seed(self) -> int:
+        """The seed of the stream's data: ``stream.options.seed`` (set from ``seed`` by :func:`run_config`
+        unless given explicitly)."""
+        return int(self.stream.options.get("seed", self.seed))
 
     def to_dict(self) -> Dict[str, Any]:
         return OmegaConf.to_container(OmegaConf.structured(self), resolve=True)
@@ -121,11 +140,26 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None) -> RunCo
         except OmegaConfBaseException as err:
             raise ValueError(f"run config overrides: {err}") from err
         user = OmegaConf.merge(OmegaConf.create(user or {}), extra)
-    return validate(RunConfig, user, "run config").check()
+    cfg = validate(RunConfig, user, "run config").check()
+    return with_data_seed(cfg)
+
+
+SEED_KEYS = ("seed", "stream.options.seed", "stream.options.meta_seed")
+"""Config keys that are seeds: runs that differ only in these are replicates of one configuration."""
+
+
+def with_data_seed(cfg: RunConfig) -> RunConfig:
+    """The run seed seeds the data too, unless the stream's own seed is set: ``stream.options.seed``
+    defaults to ``seed``, so ``seed=1`` changes the facts, episodes and meta-training set as well as the
+    initialisation (every stream's ``meta_seed`` defaults to its ``seed``). Pin
+    ``stream.options.seed`` to vary the model seed alone, or set both to vary them separately."""
+    if "seed" not in cfg.stream.options:
+        cfg.stream.options = {**cfg.stream.options, "seed": cfg.seed}
+    return cfg
 
 
 def as_yaml(cfg: RunConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
-__all__ = ["RunConfig", "STRATEGIES", "as_yaml", "run_config"]
+__all__ = ["RunConfig", "SEED_KEYS", "STRATEGIES", "as_yaml", "run_config", "with_data_seed"]

@@ -3,6 +3,18 @@
 ``R[j][i]`` is the score on experience i evaluated right after training on experience j (None where
 not measured). ``higher_is_better`` is True for accuracy, False for MSE and bits per byte: then
 forgetting and BWT flip sign, so a positive forgetting is always a loss of skill.
+
+Two definitions of forgetting are in use in the literature and they are NOT the same number; every
+name here says which one it is (formulas and citations in :data:`DEFINITIONS`, also logged with every
+MLflow run):
+
+- ``forgetting_max`` (Chaudhry et al. 2018, "Riemannian Walk"): the best score ever reached on
+  experience i before j, minus the score now, ``max_{i <= l < j} R[l][i] - R[j][i]``;
+- ``forgetting_learned`` (Avalanche's ``ExperienceForgetting``): the score right after learning i,
+  minus the score now, ``R[i][i] - R[j][i]``. Its mean over i is ``-BWT``.
+
+They differ whenever an experience's score improves after it was learned (e.g. a domain recurs):
+``forgetting_max >= forgetting_learned`` always.
 """
 from __future__ import annotations
 
@@ -10,6 +22,16 @@ import math
 from typing import Dict, List, Optional, Sequence
 
 Matrix = Sequence[Sequence[Optional[float]]]
+
+DEFINITIONS: Dict[str, str] = {
+    "forgetting_max": "mean over i < j of max_{i<=l<j} R[l][i] - R[j][i] (Chaudhry et al. 2018, Riemannian "
+                      "Walk, ECCV); best earlier score minus score now; sign flipped for lower-is-better metrics",
+    "forgetting_learned": "mean over i < j of R[i][i] - R[j][i] (Avalanche ExperienceForgetting); score right "
+                          "after learning minus score now; equals -BWT; sign flipped for lower-is-better metrics",
+    "bwt": "mean over i < j of R[j][i] - R[i][i] (Lopez-Paz & Ranzato 2017, GEM); negative = forgetting",
+    "final_average": "mean over i <= j of R[j][i] after the last experience j",
+    "learning_average": "mean over j of R[j][j]: the score on each experience right after learning it (plasticity)",
+}
 
 
 def _sign(higher_is_better: bool) -> float:
@@ -20,8 +42,8 @@ def _mean(xs: List[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def forgetting(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:
-    """Forgetting of experience i after experience j (Chaudhry et al. 2018):
+def forgetting_max(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:
+    """Forgetting of experience i after experience j, max-based (Chaudhry et al. 2018):
     ``max_{i <= l < j} R[l][i] - R[j][i]`` (sign flipped for lower-is-better). NaN if j <= i."""
     if j <= i:
         return math.nan
@@ -30,24 +52,30 @@ def forgetting(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> floa
     return best - s * R[j][i]
 
 
-def forgetting_from_learning(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:
-    """``R[i][i] - R[j][i]``: the definition of Avalanche's ExperienceForgetting."""
+def forgetting_learned(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:
+    """Forgetting of experience i after experience j, from the score when learned (Avalanche's
+    ``ExperienceForgetting``): ``R[i][i] - R[j][i]`` (sign flipped for lower-is-better). NaN if j <= i."""
     if j <= i:
         return math.nan
     return _sign(higher_is_better) * (R[i][i] - R[j][i])
 
 
-def average_forgetting(R: Matrix, j: Optional[int] = None, higher_is_better: bool = True) -> float:
-    """Mean forgetting over experiences i < j after experience j (default: the last row)."""
+def average_forgetting_max(R: Matrix, j: Optional[int] = None, higher_is_better: bool = True) -> float:
+    """Mean of :func:`forgetting_max` over experiences i < j after experience j (default: the last row)."""
     j = len(R) - 1 if j is None else j
-    return _mean([forgetting(R, i, j, higher_is_better) for i in range(j)])
+    return _mean([forgetting_max(R, i, j, higher_is_better) for i in range(j)])
+
+
+def average_forgetting_learned(R: Matrix, j: Optional[int] = None, higher_is_better: bool = True) -> float:
+    """Mean of :func:`forgetting_learned` over experiences i < j after experience j (default: the last row)."""
+    j = len(R) - 1 if j is None else j
+    return _mean([forgetting_learned(R, i, j, higher_is_better) for i in range(j)])
 
 
 def backward_transfer(R: Matrix, j: Optional[int] = None, higher_is_better: bool = True) -> float:
     """BWT (Lopez-Paz & Ranzato 2017): mean over i < j of ``R[j][i] - R[i][i]`` (sign flipped for
     lower-is-better, so a negative BWT is always forgetting)."""
-    j = len(R) - 1 if j is None else j
-    return _mean([-forgetting_from_learning(R, i, j, higher_is_better) for i in range(j)])
+    return -average_forgetting_learned(R, j, higher_is_better)
 
 
 def learning_accuracy(R: Matrix) -> List[float]:
@@ -79,10 +107,12 @@ def forgetting_curve(R: Matrix, tokens_after: Sequence[int]) -> List[Dict[str, f
 
 
 def summary(R: Matrix, higher_is_better: bool = True) -> Dict[str, float]:
-    """The numbers every table shows: final average, average forgetting, BWT, mean learning score."""
-    return {
-        "final_average": average_score(R),
-        "average_forgetting": average_forgetting(R, higher_is_better=higher_is_better),
-        "bwt": backward_transfer(R, higher_is_better=higher_is_better),
-        "learning_average": _mean(learning_accuracy(R)),
-    }
+    """The numbers every table shows (see :data:`DEFINITIONS`). With one experience only the scores."""
+    out = {"final_average": average_score(R), "learning_average": _mean(learning_accuracy(R))}
+    if len(R) > 1:
+        out.update({
+            "forgetting_max": average_forgetting_max(R, higher_is_better=higher_is_better),
+            "forgetting_learned": average_forgetting_learned(R, higher_is_better=higher_is_better),
+            "bwt": backward_transfer(R, higher_is_better=higher_is_better),
+        })
+    return out

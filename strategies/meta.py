@@ -1,7 +1,10 @@
 """Meta-training: the first phase of a run, before the stream (fresh state per episode).
 
 The model learns the task family (e.g. to store and recall facts in context) on the stream's own
-meta-training set, which is generated with its own seed and shares no facts with the stream.
+meta-training set, generated from its own random stream (``meta_seed``). That set is random episodes of
+the task, not a held-out split of the stream: for ICR its facts are random key-value pairs over the
+whole key vocabulary, so the stream's facts occur there only at the chance rate (1/n_values per
+key), scattered among thousands of other pairs for the same key. It teaches the task, not the facts.
 """
 from __future__ import annotations
 

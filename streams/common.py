@@ -77,6 +77,17 @@ class StreamInfo:
     vocab_size: Optional[int]
     config: Any
 
+    @property
+    def facts_change(self) -> bool:
+        """True for streams where a later experience changes the right answer to an earlier one's test
+        items (then the runner also scores against :meth:`labels_in_force`). False here."""
+        return False
+
+    def labels_in_force(self, exp: int, after: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Labels of experience ``exp``'s test items (x, y) under the facts in force after experience
+        ``after``. Streams whose facts never change return y."""
+        return y
+
 
 @dataclass
 class StreamData:
@@ -96,8 +107,8 @@ class EpisodeDataset(Dataset):
     function and ``args`` pickle.
     """
 
-    def __init__(self, fn: Callable[..., Tuple[torch.Tensor, torch.Tensor]], args: tuple, n: int):
-        self.fn, self.args, self.n = fn, args, n
+    def __init__(self, fn: Callable[..., Tuple[torch.Tensor, torch.Tensor]], args: tuple, n: int, offset: int = 0):
+        self.fn, self.args, self.n, self.offset = fn, args, n, offset
 
     def __len__(self) -> int:
         return self.n
@@ -105,7 +116,15 @@ class EpisodeDataset(Dataset):
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
         if not -self.n <= i < self.n:
             raise IndexError(f"episode {i} of {self.n}")
-        return self.fn(*self.args, i % self.n)
+        return self.fn(*self.args, self.offset + i % self.n)
+
+
+def held_out(dataset: EpisodeDataset, n: int) -> EpisodeDataset:
+    """``n`` episodes of the same generator that ``dataset`` never yields: indices ``len(dataset) ..
+    len(dataset) + n - 1`` of its random stream (every episode is a pure function of its index)."""
+    if not isinstance(dataset, EpisodeDataset):
+        raise TypeError(f"held_out needs an EpisodeDataset, got {type(dataset).__name__}")
+    return EpisodeDataset(dataset.fn, dataset.args, n, offset=dataset.offset + dataset.n)
 
 
 def stack_items(dataset: Dataset) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -130,7 +149,7 @@ def to_benchmark(data: StreamData):
 
     Experience j carries task label j (``experience.task_label``) and its dataset yields ``(x, y, j)``.
     The benchmark also gets two attributes: ``info`` (``data.info``) and ``meta_train`` (an
-    AvalancheDataset with task label 0, or None).
+    AvalancheDataset with task label 0, or None), and ``meta_train_episodes`` (the plain dataset, or None).
     """
     import strategies.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
@@ -148,10 +167,11 @@ def to_benchmark(data: StreamData):
     )
     bench.info = data.info
     bench.meta_train = None if data.meta_train is None else labelled(data.meta_train, 0)
+    bench.meta_train_episodes = data.meta_train          # the plain EpisodeDataset (for held_out)
     return bench
 
 
 __all__ = [
-    "EpisodeDataset", "IGNORE", "StreamData", "StreamInfo", "load_config", "require",
+    "EpisodeDataset", "IGNORE", "StreamData", "StreamInfo", "held_out", "load_config", "require",
     "scored_mask", "seeded_rng", "stack_items", "to_benchmark",
 ]

@@ -27,18 +27,24 @@ SEP, then ``queries_per_episode`` distinct presented keys, each followed by its 
 - within an episode, ``rebind_within`` of the presented keys are presented twice, first with a stale
   random value, later with the table's value; every such key is queried, and its answer is the
   table's value (the binding closest before SEP);
-- across experiences, table j (j >= 1) rebinds ``rebind_across`` keys that table j-1 introduced to new
-  values (``info.rebound[j]``: key -> (old value, new value)); from then on the new value is right.
+**Facts that change across experiences** (either variant): table j (j >= 1) rebinds ``rebind_across``
+keys that table j-1 introduced to new values (or ``rebind_fraction`` of a table's size;
+``info.rebound[j]``: key -> (old value, new value)); from then on the new value is right.
 
-Evaluation after any experience uses fixed test labels, so a test label must stay right whatever
-comes later: **the test episodes of experience i query only keys that no later table rebinds**
-(``info.test_keys[i]``). A rebound key is tested by the experience that rebinds it, with its new value,
-so R[j][i] on it measures whether the model revised the fact. ``info.bindings_after(j)`` gives the
-latest value of every key after experience j, for metrics that want the whole picture.
+Test labels are fixed when a test episode is made (the value in table i). By default a test label
+must stay right whatever comes later, so **the test episodes of experience i query only keys that no
+later table rebinds** (``info.test_keys[i]``); a rebound key is tested by the experience that rebinds
+it, with its new value. With ``test_rebound_keys: true`` they query every key of table i, and the
+runner scores the same answers twice: ``R[j][i]`` against the value when learned, ``R_current[j][i]``
+against the value in force after experience j (``info.labels_in_force``), with the share of changed
+facts answered with the new value (updated) or the old one (stale). ``info.bindings_after(j)`` gives
+the latest value of every key after experience j.
 
-**Meta-training** (``meta_train``): episodes of the training layout with fresh random facts from the
-whole key vocabulary every episode (its own random stream, ``meta_seed``), with the same within-episode
-rebinding as the variant.
+**Meta-training** (``meta_train``): episodes of the training layout with fresh random facts every
+episode (its own random stream, ``meta_seed``), keys drawn from the whole key vocabulary and values at
+random, with the same within-episode rebinding as the variant. It therefore shares key tokens and,
+at the chance rate of 1/n_values per key, key-value pairs with the stream's tables: it teaches the
+task, not the facts (a pair seen in meta-training is one of thousands of random pairs for that key).
 
 Default sizes: T = 2 * 8 + 1 + 2 * 4 = 25 (train, meta-train), 1 + 2 * 4 = 9 (test).
 """
@@ -68,7 +74,9 @@ class ICRConfig:
     facts_per_episode: int = 8            # distinct facts a training episode presents
     queries_per_episode: int = 4          # distinct presented keys a training episode queries
     rebind_within: Optional[int] = None   # positional: keys presented twice per episode; None -> 2 (basic: 0)
-    rebind_across: Optional[int] = None   # positional: keys of table j-1 rebound by table j; None -> 4 (basic: 0)
+    rebind_across: Optional[int] = None   # keys of table j-1 rebound by table j; None -> 4 (positional), 0 (basic)
+    rebind_fraction: Optional[float] = None   # alternative to rebind_across: round(this * facts_per_experience)
+    test_rebound_keys: bool = False       # test episodes also query keys a later table rebinds (score with R_current)
     train_episodes: int = 32              # per experience
     test_episodes: int = 8                # per experience
     test_queries: int = 4                 # distinct keys a test episode queries
@@ -95,6 +103,23 @@ class ICRInfo(StreamInfo):
             latest.update(table)
         return latest
 
+    @property
+    def facts_change(self) -> bool:
+        """True when some table rebinds a key of an earlier table (then R_current can differ from R)."""
+        return any(self.rebound)
+
+    def labels_in_force(self, exp: int, after: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Labels of experience ``exp``'s test items (x, y [B, T]) scored against the bindings in force after
+        experience ``after``: at every scored position the query key is ``x`` at that position (the
+        layout ``... q a ...`` with the label on q), its answer the key's latest value. Unscored stay -100."""
+        lut = torch.full((self.vocab_size,), IGNORE, dtype=torch.int64)
+        for key, value in self.bindings_after(max(exp, after)).items():
+            lut[key] = value
+        scored = y != IGNORE
+        out = y.clone()
+        out[scored] = lut[x[scored]]
+        return out
+
     def token_name(self, token: int) -> str:
         n_keys = self.config.n_keys
         if token == PAD:
@@ -108,6 +133,11 @@ def icr_config(user: Any = None) -> ICRConfig:
     """The validated ICR config: ``user`` (dict, DictConfig, ICRConfig or None) merged onto the defaults,
     variant defaults filled in. Raises ValueError for unknown keys, bad types and impossible sizes."""
     cfg = load_config(ICRConfig, user, "icr config")
+    if cfg.rebind_fraction is not None:
+        require(cfg.rebind_across is None, "icr config", "set rebind_across or rebind_fraction, not both")
+        require(0 <= cfg.rebind_fraction <= 0.5, "icr config",
+                f"rebind_fraction must be in [0, 0.5] (table j rebinds keys table j-1 introduced), got {cfg.rebind_fraction}")
+        cfg = replace(cfg, rebind_across=int(round(cfg.rebind_fraction * cfg.facts_per_experience)))
     fill = _POSITIONAL_DEFAULTS if cfg.variant == "positional" else {"rebind_within": 0, "rebind_across": 0}
     cfg = replace(cfg, **{k: v for k, v in fill.items() if getattr(cfg, k) is None})
     _check(cfg)
@@ -145,13 +175,14 @@ def _check(cfg: ICRConfig) -> None:
         require(getattr(cfg, key) >= 0, what, f"{key} must be >= 0, got {getattr(cfg, key)}")
     require(0 <= cfg.key_overlap < 1, what, f"key_overlap must be in [0, 1), got {cfg.key_overlap}")
     if cfg.variant == "basic":
-        require(cfg.rebind_within == 0 and cfg.rebind_across == 0, what,
-                "rebind_within and rebind_across apply to variant 'positional' only")
+        require(cfg.rebind_within == 0, what, "rebind_within applies to variant 'positional' only")
     else:
         require(cfg.key_overlap == 0, what, "key_overlap applies to variant 'basic' only "
                 "(positional revises facts explicitly, with rebind_across)")
-        require(cfg.n_values >= 2 or cfg.rebind_within + cfg.rebind_across == 0, what,
-                "rebinding a key to a different value needs n_values >= 2")
+    require(cfg.key_overlap == 0 or cfg.rebind_across == 0, what,
+            "key_overlap and rebind_across cannot be combined (a shared key would have two values)")
+    require(cfg.n_values >= 2 or cfg.rebind_within + cfg.rebind_across == 0, what,
+            "rebinding a key to a different value needs n_values >= 2")
     width = key_regions(cfg)[0][1] - key_regions(cfg)[0][0]
     require(cfg.facts_per_experience <= width, what,
             f"more facts than keys: facts_per_experience={cfg.facts_per_experience} but each experience's key "
@@ -171,7 +202,8 @@ def _check(cfg: ICRConfig) -> None:
     require(2 * cfg.rebind_across <= cfg.facts_per_experience, what,
             f"rebind_across={cfg.rebind_across}: table j rebinds keys that table j-1 introduced, so "
             f"2 * rebind_across must be <= facts_per_experience={cfg.facts_per_experience}")
-    testable = cfg.facts_per_experience - (cfg.rebind_across if cfg.n_experiences > 1 else 0)
+    later_rebound = cfg.rebind_across if cfg.n_experiences > 1 and not cfg.test_rebound_keys else 0
+    testable = cfg.facts_per_experience - later_rebound
     require(cfg.test_queries <= testable, what,
             f"test_queries={cfg.test_queries} exceeds the {testable} keys of a table that no later table rebinds")
     if cfg.seq_len is not None:
@@ -209,7 +241,7 @@ def _world(cfg: ICRConfig) -> _World:
         fresh_prev = fresh
     test_keys = []
     for i in range(cfg.n_experiences):
-        later = set(rebound[i + 1]) if i + 1 < cfg.n_experiences else set()
+        later = set(rebound[i + 1]) if i + 1 < cfg.n_experiences and not cfg.test_rebound_keys else set()
         test_keys.append(np.array([k for k in keys[i].tolist() if k not in later], np.int64))
     return _World(keys, values, test_keys, rebound)
 

@@ -18,6 +18,10 @@ def test_grid_expands_to_every_combination():
 
 
 def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch):
+    """Seeds of model and data vary together by default; the two runs are replicates of one
+    configuration, whether read from the RunResults, their JSON records or the MLflow store."""
+    import json
+
     from experiments.tracking import runs_table
 
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
@@ -26,23 +30,63 @@ def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch):
             "checkpoint": {"dir": str(tmp_path / "ckpt")},
             "stream": {"name": "icr", "options": {**TINY["stream"]["options"], "n_experiences": 2}}}
     configs = expand(base, [], {"seed": ["0", "1"]})
+    assert [c.data_seed for c in configs] == [0, 1]
     results, failures = run_sweep(configs, "tiny-sweep")
     assert not failures and len(results) == 2
     runs = {r["run_name"]: r for r in runs_table("sweep-test", uri)}
     parent = runs.pop("tiny-sweep")
     assert parent["status"] == "FINISHED" and len(runs) == 2
     assert all(r["parent_run_id"] == parent["run_id"] and r["status"] == "FINISHED" for r in runs.values())
+    assert sorted(r["params"]["stream.options.seed"] for r in runs.values()) == ["0", "1"]
     text = compare.table(results)
-    assert "± " in text and "(2)" in text and text.count("\n") == 2      # header, rule, one configuration
-    from_store = compare.mlflow_table("sweep-test", uri)
-    assert from_store.count("\n") == 2 and "(2)" in from_store and "all runs" in from_store
-    png = compare.curves_plot(results, str(tmp_path / "curves.png"))
+    rows = [line for line in text.splitlines() if line.startswith("| all runs")]
+    assert len(rows) == 1 and "(2)" in rows[0] and "[" in rows[0]          # one configuration, n = 2, with CIs
+    from_store = compare.summary_table(compare.mlflow_records("sweep-test", uri))
+    from_json = compare.summary_table([compare.record_from_json(json.loads(json.dumps(r.record()))) for r in results])
+    assert from_store == text == from_json
+    png = compare.curves_plot([compare.record_from_result(r) for r in results], str(tmp_path / "curves.png"))
     assert open(png, "rb").read(4) == b"\x89PNG"
 
 
-def test_groups_are_named_by_the_values_that_differ_and_never_merge_configs():
-    items = [{"seed": "0", "model.vq.codebook_size": "16", "stream.name": "icr"},
-             {"seed": "1", "model.vq.codebook_size": "16", "stream.name": "icr"},
-             {"seed": "0", "model.vq.codebook_size": "32", "stream.name": "icr"}]
+def test_groups_ignore_every_seed_and_never_merge_configs():
+    items = [{"seed": "0", "stream.options.seed": "0", "model.vq.codebook_size": "16", "stream.name": "icr"},
+             {"seed": "1", "stream.options.seed": "7", "model.vq.codebook_size": "16", "stream.name": "icr"},
+             {"seed": "0", "stream.options.seed": "0", "model.vq.codebook_size": "32", "stream.name": "icr"}]
     groups = compare.group_by_config(items, lambda p: p)
     assert {k: len(v) for k, v in groups.items()} == {"vq.codebook_size=16": 2, "vq.codebook_size=32": 1}
+
+
+def _record(layers, seed, forgetting_max, learned=True, final=0.9):
+    return compare.RunRecord(
+        label=f"{layers}-{seed}", params={"model.layers": f"['{layers}']", "seed": str(seed),
+                                         "stream.options.seed": str(seed)},
+        metric="accuracy", summary={"final_average": final, "learning_average": 0.95, "forgetting_max": forgetting_max,
+                                    "forgetting_learned": forgetting_max, "bwt": -forgetting_max},
+        learned=learned, state_bytes=[1000.0, 1000.0], parameters=123, seed=seed, data_seed=seed)
+
+
+def test_not_learned_runs_show_no_forgetting_number():
+    records = [_record("ovq", s, 0.08) for s in range(3)] + [_record("linear", s, 0.005, learned=False) for s in range(3)]
+    text = compare.summary_table(records)
+    linear = next(line for line in text.splitlines() if "linear" in line)
+    assert linear.count("not learned") == 3 and "0.005" not in linear and "0/3 learned" in linear
+    ovq = next(line for line in text.splitlines() if "'ovq'" in line)
+    assert "0.080 ± 0.000" in ovq and "1,000" in ovq and "123" in ovq
+
+
+def test_paired_comparison_against_a_baseline():
+    """OVQ forgets 0.05 more than the baseline on every seed: a paired test sees it although the spread
+    over seeds (0.1 per seed) is larger than the difference; the not-learned mixer gets no p-value."""
+    base = [0.1 * s for s in range(5)]
+    records = [_record("vq", s, base[s]) for s in range(5)] + [_record("ovq", s, base[s] + 0.05 + 0.001 * s) for s in range(5)]
+    records += [_record("linear", s, 0.0, learned=False) for s in range(5)]
+    text = compare.paired_table(records, "vq")
+    row = next(line for line in text.splitlines() if "'ovq'" in line and "forgetting_max" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "5" and cells[3].startswith("+0.052")
+    assert float(cells[4]) < 1e-3                                     # paired t
+    assert float(cells[5]) == pytest.approx(0.0625, abs=1e-3)                # exact Wilcoxon, n = 5, all positive
+    linear = next(line for line in text.splitlines() if "linear" in line and "forgetting_max" in line)
+    assert "not learned" in linear
+    with pytest.raises(ValueError, match="baseline"):
+        compare.paired_table(records, "full")

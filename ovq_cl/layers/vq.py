@@ -50,6 +50,14 @@ class VQAttention(Mixer):
         self.recompute_chunks = int(recompute_chunks)
         self.aux_loss: Optional[torch.Tensor] = None
 
+    def __getstate__(self):
+        # The last commitment loss is a non-leaf tensor with its autograd graph: it belongs to the last
+        # forward, not to the layer. Leaving it out lets the layer be deep-copied (LwF's old model, EMA
+        # copies) and pickled; the copy has no pending loss, as after construction.
+        state = dict(super().__getstate__())
+        state["aux_loss"] = None
+        return state
+
     def forward(self, x: torch.Tensor, state: Optional[VQState] = None) -> Tuple[torch.Tensor, VQState]:
         """x: [B, T, d_model] -> y [B, T, d_model], state."""
         self.check_input(x, state)

@@ -1,0 +1,107 @@
+"""The learned gate: did the model learn the task at all? Forgetting means nothing otherwise.
+
+A mixer that never learned in-context recall scores at chance everywhere, so its forgetting is a
+small number (nothing to lose) that must never sit beside real ones. Two checks, both against
+*chance* = the score of the best predictor that ignores the context, computed on the same labels:
+
+- accuracy: the frequency of the most common label (always answering it);
+- mse: the mean variance of the targets per output dim (always answering their mean);
+- bits_per_byte: the entropy in bits of the labels' empirical distribution (a unigram model).
+
+``skill = (score - chance) / (perfect - chance)`` puts every metric on one scale: 0 at chance, 1
+perfect (perfect is 1 for accuracy, 0 for MSE and bits per byte), negative below chance.
+
+1. **Before the stream** (:func:`measure_gate`): the model's score on held-out episodes of the
+   meta-training task, each from a fresh state, in eval mode: ``learned`` iff skill >= ``min_skill``.
+   This measures in-context skill, not the training-batch score of meta-training.
+2. **On the stream** (:func:`stream_gate`): the mean learning score ``R[j][j]`` against chance on the
+   stream's test labels: ``learned_on_stream`` iff skill >= ``min_stream_skill``. It catches runs
+   whose memory policy or state never lets a fact reach the test (e.g. ``reset_episode``: test episodes
+   start fresh, so every score is chance and forgetting is exactly 0).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from strategies.metrics import SequenceScore
+from streams.common import scored_mask, stack_items
+
+PERFECT = {"accuracy": 1.0, "mse": 0.0, "bits_per_byte": 0.0}
+
+
+def chance_score(kind: str, y: torch.Tensor) -> float:
+    """The best context-free constant predictor's score on labels y ([N, T] int with -100, or
+    [N, T, d] float with NaN rows), see the module docstring."""
+    target = y[scored_mask(y)]
+    if target.numel() == 0:
+        return math.nan
+    if kind == "mse":
+        return float(target.double().var(0, unbiased=False).mean())
+    counts = torch.bincount(target.reshape(-1)).double()
+    freq = counts[counts > 0] / counts.sum()
+    if kind == "accuracy":
+        return float(freq.max())
+    return float(-(freq * freq.log2()).sum())
+
+
+def skill(kind: str, score: float, chance: float) -> float:
+    """(score - chance) / (perfect - chance): 0 at chance, 1 perfect; NaN if undefined."""
+    span = PERFECT[kind] - chance
+    if math.isnan(score) or math.isnan(chance) or span == 0:
+        return math.nan
+    return (score - chance) / span
+
+
+@dataclass
+class GateResult:
+    """What the gate measured. ``learned`` is None when nothing could be measured."""
+
+    score: float
+    standard_error: float
+    chance: float
+    skill: float
+    threshold: float
+    episodes: int
+    learned: Optional[bool]
+
+    def as_dict(self) -> Dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def measure_gate(model: torch.nn.Module, dataset: Optional[Dataset], kind: str, min_skill: float,
+                 batch_size: int = 32, device="cpu") -> GateResult:
+    """The model's score on ``dataset`` (items (x, y), every episode from a fresh state), its skill
+    against chance on the same labels, and ``learned = skill >= min_skill``."""
+    if dataset is None or len(dataset) == 0:
+        return GateResult(math.nan, math.nan, math.nan, math.nan, min_skill, 0, None)
+    was_training = model.training
+    model.eval()
+    score = SequenceScore(kind)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False,
+                        collate_fn=lambda b: (torch.stack([it[0] for it in b]), torch.stack([it[1] for it in b])))
+    try:
+        for x, y in loader:
+            out, _ = model(x.to(device))
+            score.update(out, y.to(device))
+    finally:
+        model.train(was_training)
+    _, y_all = stack_items(dataset)
+    chance = chance_score(kind, y_all)
+    value = score.result()
+    s = skill(kind, value, chance)
+    return GateResult(value, score.standard_error(), chance, s, min_skill, len(dataset),
+                      None if math.isnan(s) else bool(s >= min_skill))
+
+
+def stream_gate(learning_average: float, test_labels: torch.Tensor, kind: str, min_stream_skill: float) -> GateResult:
+    """The stream's mean learning score R[j][j] against chance on all its test labels."""
+    chance = chance_score(kind, test_labels)
+    s = skill(kind, learning_average, chance)
+    return GateResult(learning_average, math.nan, chance, s, min_stream_skill, 0,
+                      None if math.isnan(s) else bool(s >= min_stream_skill))
