@@ -32,6 +32,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     cmp_p.add_argument("--experiment", default="ovq-cl")
     cmp_p.add_argument("--tracking-uri", default=None)
     cmp_p.add_argument("--filter", default="", help="an MLflow search filter, e.g. \"params.strategy.name = 'frozen'\"")
+    study_p = sub.add_parser("study", help="run a study of experiments/studies/ (its sweeps), then rewrite RESULTS.md")
+    study_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
+    report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
+    report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
     sizes = sub.add_parser("state-sizes", help="print every mixer's state bytes per layer and lane against T")
     sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)
@@ -101,6 +105,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.baseline:
             print()
             print(compare.paired_table(records, args.baseline))
+    elif args.command == "study":
+        from experiments.report import run_study
+
+        return run_study(args.name)
+    elif args.command == "report":
+        from experiments.report import write_report
+
+        print(write_report(args.out))
     elif args.command == "state-sizes":
         from experiments.state_sizes import state_size_table
 

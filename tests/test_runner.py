@@ -55,11 +55,21 @@ def test_a_run_logs_params_metrics_and_artifacts(in_tmp):
     assert [m.step for m in history] == [0, 1, 2]
     assert [m.value for m in history] == pytest.approx([row[0] for row in result.R])
     assert "state_bytes/layer0" in metrics and "active_slots/layer0" in metrics and "final/bwt" in metrics
+    assert {"final/forgetting_max", "final/forgetting_learned", "gate/skill", "gate/chance", "model/parameters",
+            "stream_gate/skill", "R_se/eval_0"} <= set(metrics)
+    assert "average_forgetting" not in " ".join(metrics), "no forgetting without the name of its definition"
+    assert params["seed"] == "0" and params["stream.options.seed"] == "0"
+    tags = runs[0]["tags"]
+    assert tags["learned"] in ("true", "false") and tags["learned_overall"] in ("true", "false")
+    assert "Chaudhry" in tags["metric_definition.forgetting_max"] and "Avalanche" in tags["metric_definition.forgetting_learned"]
     assert any(name.startswith("accuracy_Exp/eval_phase") for name in metrics)        # via the Avalanche logger
     artifacts = {a.path for a in client.list_artifacts(result.run_id)}
-    assert {"config.yaml", "result_matrix.csv", "results.json", "forgetting_curve.png"} <= artifacts
+    assert {"config.yaml", "result_matrix.csv", "results.json", "forgetting_curve.png", "metric_definitions.json"} <= artifacts
     saved = json.loads(open(client.download_artifacts(result.run_id, "results.json", str(root))).read())
     assert saved["R"] == result.R and saved["tokens_after"] == result.tokens_after
+    assert saved["R_se"] == result.R_se and all(n == 12 for row in saved["R_n"] for n in row)   # 4 episodes x 3 queries
+    assert saved["gate"]["episodes"] == 256 and saved["parameters"] == result.parameters > 0
+    assert saved["state_bytes_per_layer_lane"] == [metrics["state_bytes/layer0"]]
 
 
 def test_checkpoint_resume_gives_the_same_final_metrics(in_tmp):
@@ -150,3 +160,43 @@ def test_shipped_configs_load():
     assert names
     for name in names:
         run_config(os.path.join(folder, name))
+
+
+def test_a_rebinding_stream_is_also_scored_against_the_facts_in_force(in_tmp):
+    from mlflow import MlflowClient
+
+    root, uri = in_tmp
+    options = {**TINY["stream"]["options"], "rebind_fraction": 0.25, "test_rebound_keys": True, "test_queries": 6}
+    result = run(cfg_for(root, "rebind", stream={"name": "icr", "options": options}))
+    assert result.current is not None and set(result.current) == {"R_current", "R_current_se", "updated", "stale", "changed"}
+    assert all(result.current["R_current"][j][i] is not None for j in range(3) for i in range(3))
+    assert sum(result.current["changed"][2][i] for i in range(2)) > 0          # rebound facts were tested
+    assert {"forgetting_max", "updated_fraction", "stale_fraction"} <= set(result.summary_current)
+    names = {m for m in MlflowClient(uri).get_run(result.run_id).data.metrics}
+    assert {"R_current/eval_0", "final_current/forgetting_max", "current/updated_fraction"} <= names
+
+
+def test_reset_episode_is_flagged_as_not_learned_on_the_stream(tmp_path):
+    """Review finding: reset_episode reported exactly 0 forgetting at chance, as if it forgot nothing."""
+    result = run(run_config({**TINY, "tracking": {"enabled": False}, "checkpoint": {"enabled": False},
+                             "strategy": {**TINY["strategy"], "name": "frozen"}, "memory": {"policy": "reset_episode"}}))
+    assert result.stream_gate["learned"] is False and result.learned is False
+    assert result.stream_gate["skill"] < 0.1
+
+
+MIXERS = ["ovq", "vq", "full", "swa", "linear", "delta"]
+STRATEGIES = ["naive", "frozen", "ewc", "replay", "lwf"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_every_strategy_with_every_mixer(mixer, strategy):
+    """Smoke test, tiny sizes, two experiences (so that EWC's penalty and LwF's old model are used)."""
+    options = {**TINY["stream"]["options"], "n_experiences": 2, "train_episodes": 4, "test_episodes": 2}
+    cfg = run_config({**TINY, "tracking": {"enabled": False}, "checkpoint": {"enabled": False},
+                      "model": {**TINY["model"], "layers": [mixer]}, "meta_train": {"steps": 2, "batch_size": 4},
+                      "gate": {"episodes": 4}, "stream": {"name": "icr", "options": options},
+                      "strategy": {**TINY["strategy"], "name": strategy, "replay_mem_size": 4}})
+    result = run(cfg)
+    assert all(v is not None and 0 <= v <= 1 for row in result.R for v in row)
+    assert set(result.summary) >= {"forgetting_max", "forgetting_learned", "bwt"}

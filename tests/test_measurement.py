@@ -1,0 +1,240 @@
+"""The measurement layer: seeds that reach the data, scoring against the facts in force, the learned
+gate, per-cell standard errors, the result matrix's stream, and the regressions found in review."""
+import copy
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+import strategies.avalanche_compat  # noqa: F401
+from avalanche.training.plugins import EvaluationPlugin
+
+from experiments.config import run_config
+from ovq_cl import DecoderLM, model_config
+from ovq_cl.state import MixerState
+from strategies import forgetting as fg
+from strategies.gate import chance_score, measure_gate, skill
+from strategies.memory import PersistentMemoryPlugin
+from strategies.metrics import ResultMatrix, SequenceScore
+from strategies.sequence import FrozenWeights
+from streams import icr_benchmark, icr_data
+from streams.common import IGNORE, held_out
+
+# ----------------------------------------------------------------------------------------- seeds
+
+
+def test_the_run_seed_seeds_the_data_unless_the_stream_seed_is_set():
+    base = {"stream": {"name": "icr", "options": {"n_experiences": 2}}}
+    c0, c1 = run_config(base, ["seed=0"]), run_config(base, ["seed=1"])
+    assert (c0.data_seed, c1.data_seed) == (0, 1)
+    t0, t1 = icr_data(c0.stream.options), icr_data(c1.stream.options)
+    assert t0.info.tables != t1.info.tables, "facts differ with the run seed"
+    assert not torch.equal(t0.meta_train[0][0], t1.meta_train[0][0]), "so does meta-training"
+    assert not torch.equal(t0.test[0][0][0], t1.test[0][0][0]), "and the test episodes"
+    pinned = run_config(base, ["seed=1", "stream.options.seed=0"])
+    assert pinned.seed == 1 and pinned.data_seed == 0
+    assert icr_data(pinned.stream.options).info.tables == t0.info.tables
+    assert len({c0.identity(), c1.identity(), pinned.identity()}) == 3
+
+
+# ------------------------------------------------------------------------------ facts that change
+
+
+@dataclasses.dataclass
+class TableState(MixerState):
+    table: torch.Tensor          # [B, vocab] int64: the value each lane holds for each key, -1 = none
+
+
+class TableOracle(torch.nn.Module):
+    """A hand-written memory for ICR: reads every ``key value`` pair and answers a key with the value it
+    holds. ``latest`` overwrites (a perfect tracker of the facts in force); ``first`` never updates a key
+    it knows (remembers every fact exactly as first learned)."""
+
+    def __init__(self, vocab_size: int, n_keys: int, rule: str):
+        super().__init__()
+        self.vocab_size, self.n_keys, self.rule = vocab_size, n_keys, rule
+        self.unused = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, x, states=None):
+        B, T = x.shape
+        table = torch.full((B, self.vocab_size), -1) if states is None else states[0].table.clone()
+        out = torch.zeros(B, T, self.vocab_size)
+        is_key = (x >= 2) & (x < 2 + self.n_keys)
+        is_value = x >= 2 + self.n_keys
+        for b in range(B):
+            for t in range(T):
+                if not is_key[b, t]:
+                    continue
+                held = int(table[b, x[b, t]])
+                if held >= 0:
+                    out[b, t, held] = 1.0
+                if t + 1 < T and is_value[b, t + 1] and (self.rule == "latest" or held < 0):
+                    table[b, x[b, t]] = x[b, t + 1]
+        return out, [TableState(table)]
+
+
+REBINDING = {"n_experiences": 3, "n_keys": 48, "facts_per_experience": 8, "facts_per_episode": 8,
+             "queries_per_episode": 2, "train_episodes": 2, "test_episodes": 2, "test_queries": 8,
+             "rebind_fraction": 0.25, "test_rebound_keys": True}
+
+
+def test_rebinding_option_of_icr_shift():
+    info = icr_data(REBINDING).info
+    assert info.config.rebind_across == 2 and info.facts_change
+    for j in (1, 2):
+        assert len(info.rebound[j]) == 2
+        for key, (old, new) in info.rebound[j].items():
+            assert old != new and info.tables[j - 1][key] == old and info.tables[j][key] == new
+            assert key in info.test_keys[j - 1], "test_rebound_keys: the earlier experience still tests it"
+    x, y = icr_data(REBINDING).test[0][0]
+    x, y = x[None], y[None]
+    now = info.labels_in_force(0, 2, x, y)
+    for t in torch.nonzero(y[0] != IGNORE).flatten().tolist():
+        key = int(x[0, t])
+        assert int(now[0, t]) == info.bindings_after(2)[key]
+        assert int(y[0, t]) == info.tables[0][key]
+    assert not icr_data({**REBINDING, "rebind_fraction": 0.0}).info.facts_change
+    with pytest.raises(ValueError, match="not both"):
+        icr_data({**REBINDING, "rebind_across": 2})
+
+
+def _stream_with(rule: str):
+    bench = icr_benchmark(REBINDING)
+    info = bench.info
+    matrix = ResultMatrix("accuracy", 3, labels_in_force=info.labels_in_force)
+    model = TableOracle(info.vocab_size, info.config.n_keys, rule)
+    strategy = FrozenWeights(model=model, train_mb_size=1, plugins=[PersistentMemoryPlugin("persist")],
+                             evaluator=EvaluationPlugin(matrix, loggers=[]))
+    for exp in bench.train_stream:
+        strategy.train(exp)
+        strategy.eval(bench.test_stream)
+    return matrix
+
+
+def test_scoring_against_the_facts_in_force_ranks_the_two_oracles_correctly():
+    """A perfect tracker loses points against labels fixed when learned (it answers the new value) and
+    none against the facts in force; a never-updating memory is the opposite. R_current ranks them."""
+    tracker, stale = _stream_with("latest"), _stream_with("first")
+    # against the labels fixed when learned, the tracker looks like it forgets and the stale one not
+    assert fg.average_forgetting_max(tracker.R) == pytest.approx(0.25)
+    assert fg.average_forgetting_max(stale.R) == 0.0
+    # against the facts in force, the tracker is perfect and the stale memory loses the changed facts
+    assert all(tracker.R_current[j][i] == 1.0 for j in range(3) for i in range(j + 1))
+    assert fg.average_forgetting_max(tracker.R_current) == 0.0
+    assert fg.average_forgetting_max(stale.R_current) > 0.1
+    assert fg.average_score(tracker.R_current) > fg.average_score(stale.R_current)
+    # the breakdown of the changed answers
+    cells = [(j, i) for j in range(3) for i in range(j + 1) if tracker.changed[j][i]]
+    assert cells and all(tracker.updated[j][i] == 1.0 and tracker.stale[j][i] == 0.0 for j, i in cells)
+    assert all(stale.updated[j][i] == 0.0 and stale.stale[j][i] == 1.0 for j, i in cells)
+
+
+# ------------------------------------------------------------------------------------- the gate
+
+
+def test_chance_is_the_best_context_free_predictor():
+    y = torch.tensor([[5, 5, 5, 7, IGNORE], [7, 9, 5, IGNORE, IGNORE]])
+    assert chance_score("accuracy", y) == pytest.approx(4 / 7)          # always answer 5
+    counts = torch.tensor([4.0, 2.0, 1.0]) / 7
+    assert chance_score("bits_per_byte", y) == pytest.approx(float(-(counts * counts.log2()).sum()))
+    yf = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [math.nan, math.nan]]])
+    assert chance_score("mse", yf) == pytest.approx((1.0 + 1.0) / 2)   # variance per dim around the mean
+    assert skill("accuracy", 1.0, 0.25) == 1.0 and skill("accuracy", 0.25, 0.25) == 0.0
+    assert skill("mse", 0.5, 1.0) == pytest.approx(0.5) and skill("bits_per_byte", 8.0, 4.0) == pytest.approx(-1.0)
+
+
+def test_the_gate_reads_held_out_episodes_from_a_fresh_state():
+    data = icr_data({"n_experiences": 2, "meta_train_episodes": 64})
+    gate_set = held_out(data.meta_train, 32)
+    assert len(gate_set) == 32 and torch.equal(gate_set[0][0], data.meta_train.fn(*data.meta_train.args, 64)[0])
+    info = data.info
+    perfect = measure_gate(TableOracle(info.vocab_size, info.config.n_keys, "latest"), gate_set, "accuracy", 0.5)
+    assert perfect.learned and perfect.score == 1.0 and perfect.skill == 1.0
+    model = DecoderLM(model_config({"vocab_size": info.vocab_size, "d_model": 16, "n_heads": 2, "layers": ["linear"]}))
+    untrained = measure_gate(model, gate_set, "accuracy", 0.5)
+    assert untrained.learned is False and untrained.skill < 0.2 and untrained.episodes == 32
+    assert model.training, "the gate leaves the model's mode as it was"
+
+
+# ---------------------------------------------------------------------------- standard errors
+
+
+def test_episode_clustered_standard_error_known_answers():
+    score = SequenceScore("accuracy")
+    # 4 episodes, one answer each: 3 right -> p = 0.75, s.e. = sqrt(p (1 - p) / (N - 1))
+    out = torch.zeros(4, 2, 3)
+    out[:3, 0, 1] = 1.0
+    y = torch.full((4, 2), IGNORE)
+    y[:, 0] = 1
+    score.update(out, y)
+    assert score.result() == 0.75 and score.n_answers == 4 and score.n_episodes == 4
+    assert score.standard_error() == pytest.approx(math.sqrt(0.75 * 0.25 / 3))
+    # two episodes of 2 answers, one all right, one all wrong: s.e. from the 2 episode means
+    score.reset()
+    out = torch.zeros(2, 2, 3)
+    out[0, :, 1] = 1.0
+    score.update(out, torch.ones(2, 2, dtype=torch.long))
+    m = 0.5
+    expected = math.sqrt(2 / 1 * ((2 - m * 2) ** 2 + (0 - m * 2) ** 2)) / 4
+    assert score.result() == 0.5 and score.standard_error() == pytest.approx(expected)
+
+
+def test_the_result_matrix_has_a_standard_error_for_every_measured_cell():
+    bench = icr_benchmark(REBINDING)
+    info = bench.info
+    matrix = ResultMatrix("accuracy", 3)
+    strategy = FrozenWeights(model=TableOracle(info.vocab_size, info.config.n_keys, "latest"), train_mb_size=1,
+                             plugins=[PersistentMemoryPlugin("persist")], evaluator=EvaluationPlugin(matrix, loggers=[]))
+    strategy.train(bench.train_stream[0])
+    strategy.eval(bench.test_stream)
+    assert matrix.R_n[0] == [16, 16, 16] and all(se is not None for se in matrix.R_se[0])
+    assert matrix.R_se[0][0] == 0.0                      # all right: no spread
+
+
+# --------------------------------------------------------------------------------- regressions
+
+
+def test_only_the_test_stream_fills_the_result_matrix():
+    """Review finding: strategy.eval(train_stream) overwrote R[0][1]."""
+    bench = icr_benchmark(REBINDING)
+    info = bench.info
+    matrix = ResultMatrix("accuracy", 3)
+    strategy = FrozenWeights(model=TableOracle(info.vocab_size, info.config.n_keys, "latest"), train_mb_size=1,
+                             plugins=[PersistentMemoryPlugin("persist")], evaluator=EvaluationPlugin(matrix, loggers=[]))
+    strategy.train(bench.train_stream[0])
+    strategy.eval(bench.test_stream)
+    before = copy.deepcopy(matrix.R)
+    strategy.eval(bench.train_stream)
+    assert matrix.R == before
+
+
+def test_a_model_with_vq_layers_deep_copies_after_a_forward():
+    """Review finding: VQ kept its commitment loss (with its graph) on the layer, so LwF's deepcopy failed."""
+    model = DecoderLM(model_config({"vocab_size": 20, "d_model": 16, "n_heads": 2, "layers": ["vq"],
+                                    "vq": {"codebook_size": 8, "chunk_size": 4}}))
+    out, _ = model(torch.randint(0, 20, (2, 8)))
+    twin = copy.deepcopy(model)
+    assert twin.mixers[0].aux_loss is None and model.mixers[0].aux_loss is not None
+    (out.sum() + model.aux_loss()).backward()          # the original's loss still has its graph
+    for a, b in zip(model.state_dict().values(), twin.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_the_meta_training_set_is_the_task_not_the_facts():
+    """What the docstring now says: meta-training facts are random pairs over the whole key vocabulary,
+    so a stream fact occurs there only at about the chance rate 1/n_values per presented key."""
+    data = icr_data({"n_experiences": 2, "meta_train_episodes": 512})
+    facts = {(k, v) for table in data.info.tables for k, v in table.items()}
+    keys = {k for k, _ in facts}
+    pairs = seen = 0
+    for i in range(len(data.meta_train)):
+        x, _ = data.meta_train[i]
+        for t in range(0, 16, 2):
+            k, v = int(x[t]), int(x[t + 1])
+            if k in keys:
+                seen += 1
+                pairs += (k, v) in facts
+    rate = pairs / seen
+    assert abs(rate - 1 / data.info.config.n_values) < 0.02, rate
