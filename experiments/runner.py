@@ -3,12 +3,16 @@
     cfg = run_config("experiments/configs/icr_frozen.yaml", ["model.layers=[ovq]", "seed=1"])
     result = run(cfg)          # RunResult: the matrix R, the summary, the MLflow run id, ...
 
-Phases (``shared/design/continual-protocol.md``):
-1. meta-training on the stream's own meta-training set, fresh state per episode;
+Phases (``docs/design.md``, section 5):
+1. meta-training on the stream's own meta-training set, fresh state per episode; then the learned gate
+   (``strategies.gate``) on held-out episodes from a fresh state;
 2. the stream: for every experience j, train (or, with ``frozen``, only stream) through the model with
    the memory policy, then evaluate every experience i from a copy of the carried state -> R[j][i];
 3. after every experience: metrics to MLflow (step = j) and a checkpoint (weights, optimizer,
-   memory, metrics, RNG) from which the run resumes if it is started again with the same config.
+   memory, metrics, RNG) from which the run resumes if it is started again with the same config;
+4. at the end: both forgetting definitions, the stream gate, and (streams whose facts change) R_current.
+
+``seed`` seeds the data too unless ``stream.options.seed`` is set (``experiments.config.with_data_seed``).
 """
 from __future__ import annotations
 

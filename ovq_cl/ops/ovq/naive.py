@@ -1,6 +1,6 @@
 """OVQ attention, plain PyTorch reference (chunked, and token by token).
 
-Notation (see ``shared/design/ovq-attention.md``): per lane b and head h the state holds a key
+Notation (see ``docs/design.md``, section 4): per lane b and head h the state holds a key
 dictionary ``D_k`` [N, Dk] (unit rows), a value dictionary ``D_v`` [N, Dv], counts ``c`` [N] and the
 keys/values of the unfinished chunk (the pending buffer, fewer than L tokens). Active slots are always
 a prefix ``[0, n_active)`` of the dictionary, so every read can slice instead of masking.
