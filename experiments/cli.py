@@ -127,9 +127,14 @@ def _print_result(result) -> None:
     print("      " + " ".join(f"{'exp ' + str(i):>8}" for i in range(n)))
     for j, row in enumerate(R):
         print(f"R[{j}]  " + " ".join(f"{'' if v is None else format(v, '.3f'):>8}" for v in row))
-    print("  ".join(f"{k}={v:.4f}" for k, v in result.summary.items()))
+    def line(summary):
+        # a run that did not learn has nothing to forget: no forgetting number is printed for it
+        return "  ".join(f"{k}=not learned" if result.learned is False and (k.startswith("forgetting") or k == "bwt")
+                         else f"{k}={v:.4f}" for k, v in summary.items())
+
+    print(line(result.summary))
     if result.summary_current:
-        print("against the facts in force:  " + "  ".join(f"{k}={v:.4f}" for k, v in result.summary_current.items()))
+        print("against the facts in force:  " + line(result.summary_current))
     g, s = result.gate, result.stream_gate
     if g.get("learned") is not None:
         print(f"learned gate (held-out episodes, fresh state): score {g['score']:.3f} ± {g['standard_error']:.3f}, "

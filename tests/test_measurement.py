@@ -181,7 +181,8 @@ def test_episode_clustered_standard_error_known_answers():
     assert score.result() == 0.5 and score.standard_error() == pytest.approx(expected)
 
 
-def test_the_result_matrix_has_a_standard_error_for_every_measured_cell():
+def _oracle_after_one_experience():
+    """The perfect tracker streamed through experience 0 of the rebinding stream, then evaluated."""
     bench = icr_benchmark(REBINDING)
     info = bench.info
     matrix = ResultMatrix("accuracy", 3)
@@ -189,6 +190,11 @@ def test_the_result_matrix_has_a_standard_error_for_every_measured_cell():
                              plugins=[PersistentMemoryPlugin("persist")], evaluator=EvaluationPlugin(matrix, loggers=[]))
     strategy.train(bench.train_stream[0])
     strategy.eval(bench.test_stream)
+    return strategy, matrix, bench
+
+
+def test_the_result_matrix_has_a_standard_error_for_every_measured_cell():
+    _, matrix, _ = _oracle_after_one_experience()
     assert matrix.R_n[0] == [16, 16, 16] and all(se is not None for se in matrix.R_se[0])
     assert matrix.R_se[0][0] == 0.0                      # all right: no spread
 
@@ -198,13 +204,7 @@ def test_the_result_matrix_has_a_standard_error_for_every_measured_cell():
 
 def test_only_the_test_stream_fills_the_result_matrix():
     """Review finding: strategy.eval(train_stream) overwrote R[0][1]."""
-    bench = icr_benchmark(REBINDING)
-    info = bench.info
-    matrix = ResultMatrix("accuracy", 3)
-    strategy = FrozenWeights(model=TableOracle(info.vocab_size, info.config.n_keys, "latest"), train_mb_size=1,
-                             plugins=[PersistentMemoryPlugin("persist")], evaluator=EvaluationPlugin(matrix, loggers=[]))
-    strategy.train(bench.train_stream[0])
-    strategy.eval(bench.test_stream)
+    strategy, matrix, bench = _oracle_after_one_experience()
     before = copy.deepcopy(matrix.R)
     strategy.eval(bench.train_stream)
     assert matrix.R == before

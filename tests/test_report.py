@@ -59,3 +59,12 @@ def test_shipped_studies_load():
     specs = report.all_studies()
     assert specs and all(s.commands and s.results for s in specs)
     assert all(c.startswith("ovq-cl ") for s in specs for c in s.commands)
+
+
+def test_cli_compare_reads_sweep_json_and_pairs_against_a_baseline(study, capsys):
+    from experiments.cli import main
+
+    assert main(["compare", str(study / "results" / "toy.json"), "--baseline", "ovq"]) == 0
+    out = capsys.readouterr().out
+    assert "95% CI" in out and "baseline: layers=['ovq']" in out and "not learned" in out
+    assert main(["report", "--out", str(study / "R.md")]) == 0 and (study / "R.md").exists()
