@@ -107,16 +107,30 @@ def _is_seed_or_bookkeeping(key: str) -> bool:
 def _varying(param_sets: Sequence[Dict[str, str]]) -> List[str]:
     """Config keys (not seeds, tracking, checkpoints) whose values differ between runs."""
     keys = set().union(*param_sets) if param_sets else set()
-    return sorted(k for k in keys if not _is_seed_or_bookkeeping(k) and len({p.get(k) for p in param_sets}) > 1)
+    # a key varies if the runs that have it disagree on it (a key only some runs have follows from
+    # what they do differ in, e.g. the options of the mixer in model.layers)
+    return sorted(k for k in keys if not _is_seed_or_bookkeeping(k)
+                  and len({p[k] for p in param_sets if k in p}) > 1)
+
+
+def relevant_params(params: Dict[str, str]) -> Dict[str, str]:
+    """The params without the options of mixers the run does not use (``model.<mixer>.*`` for a
+    mixer name absent from ``model.layers``): two runs that differ only there ran the same model."""
+    used = set(_layers(params.get("model.layers", "")))
+    options_of = {k.split(".")[1] for k in params if k.startswith("model.") and k.count(".") >= 2}
+    unused = options_of - used if used else set()
+    return {k: v for k, v in params.items()
+            if not (k.startswith("model.") and k.count(".") >= 2 and k.split(".")[1] in unused)}
 
 
 def group_by_config(items: Sequence, params_of: Callable) -> Dict[str, List]:
-    """Items whose configs differ only by seeds share a group; the group's name lists the differing values."""
-    params = [params_of(it) for it in items]
+    """Items whose configs differ only by seeds (and the options of mixers they do not use) share a
+    group; the group's name lists the differing values."""
+    params = [relevant_params(params_of(it)) for it in items]
     varying = _varying(params)
     groups: Dict[str, List] = defaultdict(list)
     for it, p in zip(items, params):
-        name = ", ".join(f"{k.split('.', 1)[-1] if k.startswith('model.') else k}={p.get(k)}" for k in varying)
+        name = ", ".join(f"{k.split('.', 1)[-1] if k.startswith('model.') else k}={p[k]}" for k in varying if k in p)
         groups[name or "all runs"].append(it)
     return groups
 

@@ -139,7 +139,10 @@ def _matrices(records: List[compare.RunRecord], raw: List[dict]) -> str:
 def section(spec: StudySpec) -> str:
     raw = _raw(spec)
     records = [compare.record_from_json(d) for d in raw]
-    parts = [f"## {spec.title}", "", spec.setup.strip(), "", "```bash", *spec.commands, "```", ""]
+    parts = [f"## {spec.title}", "", spec.setup.strip(), ""]
+    if not spec.commands:          # a section of prose only (limits, withdrawn studies)
+        return "\n".join(parts)
+    parts += ["```bash", *spec.commands, "```", ""]
     if not records:
         parts += ["(no runs yet: run the commands above, or `ovq-cl study NAME`)", ""]
         return "\n".join(parts)

@@ -57,7 +57,8 @@ def test_write_report_and_unknown_study(study):
 
 def test_shipped_studies_load():
     specs = report.all_studies()
-    assert specs and all(s.commands and s.results for s in specs)
+    assert specs and any(s.commands for s in specs)
+    assert all(s.results for s in specs if s.commands), "every study with runs says where they are written"
     assert all(c.startswith("ovq-cl ") for s in specs for c in s.commands)
 
 

@@ -90,3 +90,13 @@ def test_paired_comparison_against_a_baseline():
     assert "not learned" in linear
     with pytest.raises(ValueError, match="baseline"):
         compare.paired_table(records, "full")
+
+
+def test_options_of_unused_mixers_do_not_split_or_name_groups():
+    items = [{"seed": "0", "model.layers": "['ovq']", "model.ovq.num_slots": "64", "model.vq.codebook_size": "16"},
+             {"seed": "1", "model.layers": "['ovq']", "model.ovq.num_slots": "64", "model.vq.codebook_size": "32"},
+             {"seed": "0", "model.layers": "['vq']", "model.ovq.num_slots": "64", "model.vq.codebook_size": "32"},
+             {"seed": "0", "model.layers": "['vq']", "model.ovq.num_slots": "64", "model.vq.codebook_size": "16"}]
+    groups = compare.group_by_config(items, lambda p: p)
+    assert {k: len(v) for k, v in groups.items()} == {
+        "layers=['ovq']": 2, "layers=['vq'], vq.codebook_size=32": 1, "layers=['vq'], vq.codebook_size=16": 1}
