@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 from omegaconf import OmegaConf
 
 from experiments import compare
-from ovq_cl.config import validate
+from ovq_cl.base import validate
 
 STUDIES_DIR = os.path.join(os.path.dirname(__file__), "studies")
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

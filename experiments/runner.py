@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-import strategies.avalanche_compat  # noqa: F401  (before avalanche)
+import ovq_cl.base.avalanche_compat  # noqa: F401  (before avalanche)
 from avalanche.training.plugins import EvaluationPlugin
 
 from experiments.config import RunConfig, with_data_seed

@@ -588,7 +588,7 @@ def runs_table(experiment: str, tracking_uri: Optional[str] = None, filter_strin
 
 
 def _make_mlflow_logger_class():
-    import strategies.avalanche_compat  # noqa: F401  (before any avalanche import)
+    import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.evaluation.metric_results import AlternativeValues
     from avalanche.logging import BaseLogger
 

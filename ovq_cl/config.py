@@ -10,8 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from ovq_cl.base import validate
 
 
 @dataclass
@@ -112,22 +111,6 @@ class ModelConfig:
         if sub is None or not dataclasses.is_dataclass(sub):
             return {}
         return dataclasses.asdict(sub)
-
-
-def validate(schema: type, user: Any, what: str = "config"):
-    """Merges ``user`` (dict, DictConfig, dataclass or None) onto ``schema``'s defaults.
-
-    Returns an instance of ``schema``. Unknown keys and type errors raise ValueError.
-    """
-    try:
-        base = OmegaConf.structured(schema)
-        if user is not None:
-            if not isinstance(user, (DictConfig, dict)) and not dataclasses.is_dataclass(user):
-                raise ValueError(f"{what}: expected a mapping, got {type(user).__name__}")
-            base = OmegaConf.merge(base, user)
-        return OmegaConf.to_object(base)
-    except OmegaConfBaseException as err:
-        raise ValueError(f"{what}: {err}".strip()) from err
 
 
 def model_config(user: Any = None) -> ModelConfig:

@@ -1,1 +1,1 @@
-"""Avalanche strategies, plugins and metrics for sequence models. Import ``strategies.avalanche_compat`` first."""
+"""Avalanche strategies, plugins and metrics for sequence models (``ovq_cl.base.avalanche_compat`` first)."""

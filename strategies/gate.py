@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from strategies.metrics import SequenceScore
-from streams.common import scored_mask, stack_items
+from ovq_cl.base import collate_episodes, scored_mask
 
 PERFECT = {"accuracy": 1.0, "mse": 0.0, "bits_per_byte": 0.0}
 
@@ -83,15 +83,16 @@ def measure_gate(model: torch.nn.Module, dataset: Optional[Dataset], kind: str, 
     was_training = model.training
     model.eval()
     score = SequenceScore(kind)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False,
-                        collate_fn=lambda b: (torch.stack([it[0] for it in b]), torch.stack([it[1] for it in b])))
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_episodes)
+    labels = []
     try:
-        for x, y in loader:
+        for x, y, *_ in loader:
             out, _ = model(x.to(device))
             score.update(out, y.to(device))
+            labels.append(y)
     finally:
         model.train(was_training)
-    _, y_all = stack_items(dataset)
+    y_all = torch.cat(labels)
     chance = chance_score(kind, y_all)
     value = score.result()
     s = skill(kind, value, chance)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-import strategies.avalanche_compat  # noqa: F401
+import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.core import SupervisedPlugin
 
 from ovq_cl.state import MixerState

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from ovq_cl.base import collate_episodes
 from strategies.metrics import SequenceScore, sequence_loss
 
 
@@ -23,8 +24,6 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
                log_every: int = 50) -> List[Dict[str, float]]:
     """``steps`` AdamW steps on shuffled minibatches of ``dataset`` (items (x, y, t)), each from a
     fresh state. Returns the logged history: step, loss, and the metric on the training batches."""
-    from strategies.sequence import _collate
-
     if steps < 0 or batch_size < 1:
         raise ValueError(f"meta_train: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
     if steps == 0:
@@ -32,7 +31,7 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
     if dataset is None or len(dataset) == 0:
         raise ValueError("meta_train: the stream has no meta-training set, set meta_train.steps: 0")
     gen = torch.Generator().manual_seed(seed)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=gen, collate_fn=_collate, drop_last=True)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=gen, collate_fn=collate_episodes, drop_last=True)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     model.train()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Dict, List, Optional
 
-import strategies.avalanche_compat  # noqa: F401  (torchmetrics imports torchvision too)
+import ovq_cl.base.avalanche_compat  # noqa: F401  (torchmetrics imports torchvision too)
 import torch
 import torch.nn.functional as F
 import torchmetrics
@@ -18,7 +18,7 @@ from avalanche.evaluation import PluginMetric
 from avalanche.evaluation.metric_results import MetricValue
 from avalanche.evaluation.metric_utils import get_metric_name
 
-from streams.common import IGNORE, scored_mask
+from ovq_cl.base import IGNORE, scored_mask
 HIGHER_IS_BETTER = {"accuracy": True, "mse": False, "bits_per_byte": False}
 
 

@@ -20,25 +20,24 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-import strategies.avalanche_compat  # noqa: F401
+import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.benchmarks.utils import concat_datasets
 from avalanche.core import SupervisedPlugin
 from avalanche.training.plugins import EWCPlugin
 from avalanche.training.storage_policy import ExperienceBalancedBuffer, ReservoirSamplingBuffer
 from avalanche.training.utils import zerolike_params_dict
 
-from strategies.metrics import IGNORE, sequence_loss
+from ovq_cl.base import IGNORE, collate_episodes
+from strategies.metrics import sequence_loss
 
 
 class SequenceEWCPlugin(EWCPlugin):
     """EWC (``mode`` "separate" or "online") on the sequence loss."""
 
     def compute_importances(self, model, criterion, optimizer, dataset, device, batch_size, num_workers=0):
-        from strategies.sequence import _collate
-
         model.eval()
         importances = zerolike_params_dict(model)
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=_collate)
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_episodes)
         n = 0
         for x, y, _ in loader:
             optimizer.zero_grad()

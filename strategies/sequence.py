@@ -19,15 +19,11 @@ from typing import Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
-import strategies.avalanche_compat  # noqa: F401
+import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.training.templates import SupervisedTemplate
 
+from ovq_cl.base import collate_episodes
 from strategies.metrics import sequence_loss
-
-
-def _collate(batch):
-    xs, ys, ts = zip(*batch)
-    return torch.stack(xs), torch.stack(ys), torch.as_tensor(ts)
 
 
 class SequenceTemplate(SupervisedTemplate):
@@ -61,12 +57,12 @@ class SequenceTemplate(SupervisedTemplate):
                 f"fewer than train_mb_size={self.train_mb_size} lanes"
             )
         self.dataloader = DataLoader(self.adapted_dataset, batch_size=self.train_mb_size, shuffle=False,
-                                     drop_last=True, collate_fn=_collate, num_workers=num_workers)
+                                     drop_last=True, collate_fn=collate_episodes, num_workers=num_workers)
 
     def make_eval_dataloader(self, num_workers=0, shuffle=False, pin_memory=None, persistent_workers=False,
                              **kwargs):
         self.dataloader = DataLoader(self.adapted_dataset, batch_size=self.eval_mb_size, shuffle=False,
-                                     collate_fn=_collate, num_workers=num_workers)
+                                     collate_fn=collate_episodes, num_workers=num_workers)
 
     def make_optimizer(self, **kwargs):
         """Keeps the optimizer as built (our models never grow parameters). Avalanche's default re-maps

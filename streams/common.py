@@ -24,8 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ovq_cl.config import validate
-from streams.recall import IGNORE
+from ovq_cl.base import IGNORE, scored_mask, validate
 
 # First entropy word of every random stream, so that two streams (or two purposes) with the same
 # seed never share random numbers.
@@ -133,17 +132,6 @@ def stack_items(dataset: Dataset) -> Tuple[torch.Tensor, torch.Tensor]:
     return torch.stack([it[0] for it in items]), torch.stack([it[1] for it in items])
 
 
-def scored_mask(y: torch.Tensor) -> torch.Tensor:
-    """Bool mask of scored positions: [..., T] for int labels (!= -100) or float targets [..., T, d] (not NaN).
-
-    Select scored positions BEFORE computing a loss on float targets: ``where`` over a NaN target
-    still sends NaN into the gradient.
-    """
-    if y.is_floating_point():
-        return ~torch.isnan(y).any(-1)
-    return y != IGNORE
-
-
 def to_benchmark(data: StreamData):
     """An Avalanche benchmark (CLScenario) of ``data``: ``train_stream`` and ``test_stream`` of K experiences.
 
@@ -151,7 +139,7 @@ def to_benchmark(data: StreamData):
     The benchmark also gets two attributes: ``info`` (``data.info``) and ``meta_train`` (an
     AvalancheDataset with task label 0, or None), and ``meta_train_episodes`` (the plain dataset, or None).
     """
-    import strategies.avalanche_compat  # noqa: F401  (before any avalanche import)
+    import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
     from avalanche.benchmarks.scenarios.task_aware import with_task_labels
     from avalanche.benchmarks.utils import ConstantSequence, TaskLabels, make_avalanche_dataset

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from streams.common import EpisodeDataset, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
-from streams.recall import IGNORE, PAD, SEP
+from ovq_cl.base import IGNORE, PAD, SEP
 
 ENCODINGS = ("continuous", "tokens")
 

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from streams.common import EpisodeDataset, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
-from streams.recall import IGNORE, PAD, SEP
+from ovq_cl.base import IGNORE, PAD, SEP
 
 VARIANTS = ("basic", "positional")
 _POSITIONAL_DEFAULTS = {"rebind_within": 2, "rebind_across": 4}

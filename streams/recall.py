@@ -18,8 +18,7 @@ from typing import Tuple
 
 import torch
 
-PAD, SEP = 0, 1
-IGNORE = -100
+from ovq_cl.base.tokens import IGNORE, PAD, SEP  # noqa: F401  (re-exported for the demo)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def test_forgetting_curve_uses_tokens_since_each_experience():
 def _avalanche_classification_run(shifts):
     """Avalanche's Naive on linearly separable tasks (one per shift), our ResultMatrix beside Avalanche's
     forgetting and BWT metrics. Returns (R, Avalanche's last metrics)."""
-    import strategies.avalanche_compat  # noqa: F401
+    import ovq_cl.base.avalanche_compat  # noqa: F401
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
     from avalanche.benchmarks.utils import make_avalanche_dataset
     from avalanche.evaluation.metrics import bwt_metrics, forgetting_metrics

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-import strategies.avalanche_compat  # noqa: F401
+import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.core import SupervisedPlugin
 from avalanche.training.plugins import EvaluationPlugin
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-import strategies.avalanche_compat  # noqa: F401  (before any avalanche import)
+import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
 from avalanche.core import SupervisedPlugin
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.supervised import Naive

@@ -217,7 +217,7 @@ def test_resume_reopens_the_run_and_pickles(store):
 
 
 def test_mlflow_logger_on_a_tiny_avalanche_run(store):
-    import strategies.avalanche_compat  # noqa: F401  (before any avalanche import)
+    import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
     from avalanche.benchmarks.utils import ConstantSequence, TaskLabels, make_avalanche_dataset
     from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics

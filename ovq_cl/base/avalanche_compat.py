@@ -1,6 +1,7 @@
 """Every workaround that avalanche-lib 0.6.0 needs beside a CPU build of torch 2.13, in one place.
 
-Import this module before anything from ``avalanche`` (streams and strategies do):
+Import this module before anything from ``avalanche`` or ``torchmetrics`` (streams and strategies do;
+nothing in ``ovq_cl`` itself imports it):
 
 - torchvision (imported by Avalanche at import time) registers fake kernels for its compiled ops
   ``torchvision::nms`` and ``torchvision::qnms``; when its compiled library does not load beside a
@@ -48,8 +49,10 @@ def _import_torchvision() -> None:
 
 
 def _patch_dill() -> None:
-    import dill
-
+    try:
+        import dill          # Avalanche's dependency, not ovq_cl's: nothing to patch without it
+    except ImportError:
+        return
     dill.settings["byref"] = True
 
 

@@ -1,0 +1,84 @@
+"""Named registries, and how user code gets into them without editing the package.
+
+Every extension point (mixers, streams, strategies, metrics) is a :class:`Registry`: a name maps to an
+entry (a class, a spec). User code registers in one of three ways:
+
+1. calling the registry's ``register_*`` function from Python before building a run;
+2. ``ovq-cl ... --plugin my_package.my_module`` (the module registers when imported: :func:`load_plugins`);
+3. a Python entry point in the user's own package, in the registry's group (``ovq_cl.mixers``,
+   ``ovq_cl.streams``, ``ovq_cl.strategies``, ``ovq_cl.metrics``)::
+
+       [project.entry-points."ovq_cl.mixers"]
+       my_mixer = "my_package.mixers"           # a module that registers when imported, or
+       my_other = "my_package.mixers:register"  # a function called with no arguments
+
+   Entry points load the first time a registry is asked for a name it does not know.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from typing import Dict, Generic, Iterable, List, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """``name -> entry`` for one kind of extension (``kind``: "mixer", "stream", ...)."""
+
+    def __init__(self, kind: str, entry_point_group: str) -> None:
+        self.kind, self.group = kind, entry_point_group
+        self._entries: Dict[str, T] = {}
+        self._entry_points_loaded = False
+
+    def register(self, name: str, entry: T) -> T:
+        """Adds ``entry`` as ``name``. Registering the same entry twice is a no-op; another entry under a
+        taken name is a ValueError (silently replacing a built-in would change results)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
+        if name in self._entries and self._entries[name] is not entry and self._entries[name] != entry:
+            raise ValueError(f"{self.kind} name {name!r} is already registered ({self._entries[name]!r})")
+        self._entries[name] = entry
+        return entry
+
+    def get(self, name: str) -> T:
+        if name not in self._entries:
+            self.load_entry_points()
+        if name not in self._entries:
+            raise ValueError(f"unknown {self.kind} {name!r}; known: {self.names()} (add one with "
+                             f"register, `--plugin MODULE`, or an entry point in group {self.group!r})")
+        return self._entries[name]
+
+    def __contains__(self, name: str) -> bool:
+        if name not in self._entries:
+            self.load_entry_points()
+        return name in self._entries
+
+    def names(self) -> List[str]:
+        return sorted(self._entries)
+
+    def items(self):
+        return sorted(self._entries.items())
+
+    def load_entry_points(self) -> None:
+        """Imports (and, for functions, calls) every entry point of this registry's group, once."""
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for ep in metadata.entry_points(group=self.group):
+            obj = ep.load()
+            if callable(obj) and not isinstance(obj, type):
+                obj()
+
+
+def load_plugins(modules: Iterable[str]) -> List[str]:
+    """Imports every module named (``package.module``); importing registers what it defines.
+    A module that cannot be imported is a ValueError naming it and why."""
+    loaded = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ValueError(f"--plugin {name}: cannot import it ({err}); is its folder on PYTHONPATH?") from err
+        loaded.append(name)
+    return loaded
