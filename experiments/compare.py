@@ -113,14 +113,24 @@ def _varying(param_sets: Sequence[Dict[str, str]]) -> List[str]:
                   and len({p[k] for p in param_sets if k in p}) > 1)
 
 
+def _mixer_of_option(key: str) -> Optional[str]:
+    """The mixer an option key belongs to: ``model.mixers.<mixer>.<field>`` (or, in runs recorded
+    before mixers owned their options, ``model.<mixer>.<field>``); None for other keys."""
+    parts = key.split(".")
+    if len(parts) >= 4 and parts[:2] == ["model", "mixers"]:
+        return parts[2]
+    if len(parts) >= 3 and parts[0] == "model":
+        return parts[1]
+    return None
+
+
 def relevant_params(params: Dict[str, str]) -> Dict[str, str]:
-    """The params without the options of mixers the run does not use (``model.<mixer>.*`` for a
-    mixer name absent from ``model.layers``): two runs that differ only there ran the same model."""
+    """The params without the options of mixers the run does not use (a mixer absent from
+    ``model.layers``): two runs that differ only there ran the same model."""
     used = set(_layers(params.get("model.layers", "")))
-    options_of = {k.split(".")[1] for k in params if k.startswith("model.") and k.count(".") >= 2}
-    unused = options_of - used if used else set()
-    return {k: v for k, v in params.items()
-            if not (k.startswith("model.") and k.count(".") >= 2 and k.split(".")[1] in unused)}
+    if not used:
+        return dict(params)
+    return {k: v for k, v in params.items() if _mixer_of_option(k) in (None, *used)}
 
 
 def group_by_config(items: Sequence, params_of: Callable) -> Dict[str, List]:
@@ -130,9 +140,17 @@ def group_by_config(items: Sequence, params_of: Callable) -> Dict[str, List]:
     varying = _varying(params)
     groups: Dict[str, List] = defaultdict(list)
     for it, p in zip(items, params):
-        name = ", ".join(f"{k.split('.', 1)[-1] if k.startswith('model.') else k}={p[k]}" for k in varying if k in p)
+        name = ", ".join(f"{_short(k)}={p[k]}" for k in varying if k in p)
         groups[name or "all runs"].append(it)
     return groups
+
+
+def _short(key: str) -> str:
+    """``model.mixers.ovq.num_slots`` -> ``ovq.num_slots``; ``model.layers`` -> ``layers``."""
+    for prefix in ("model.mixers.", "model."):
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key
 
 
 def group_records(records: Iterable[RunRecord]) -> Dict[str, List[RunRecord]]:

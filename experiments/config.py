@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ovq_cl.config import ModelConfig, validate
+from ovq_cl.base import validate
+from ovq_cl.config import ModelConfig, check_moved_keys
 
 STRATEGIES = ("naive", "frozen", "ewc", "replay", "lwf")
 
@@ -102,6 +103,7 @@ class RunConfig:
 
         if self.memory.policy not in POLICIES:
             raise ValueError(f"run config: memory.policy must be one of {POLICIES}, got {self.memory.policy!r}")
+        self.model = self.model.resolved()
         if self.gate.episodes < 1 or self.gate.batch_size < 1:
             raise ValueError(f"run config: gate.episodes and gate.batch_size must be >= 1, got "
                              f"{self.gate.episodes}, {self.gate.batch_size}")
@@ -140,6 +142,8 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None) -> RunCo
         except OmegaConfBaseException as err:
             raise ValueError(f"run config overrides: {err}") from err
         user = OmegaConf.merge(OmegaConf.create(user or {}), extra)
+    if user is not None and hasattr(user, "get") and user.get("model") is not None:
+        check_moved_keys(user.get("model"))
     cfg = validate(RunConfig, user, "run config").check()
     return with_data_seed(cfg)
 

@@ -69,7 +69,7 @@ def train_one(kind: str, cfg: DemoConfig, progress: bool = True) -> DemoResult:
     mcfg = {
         "vocab_size": cfg.task.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
         "n_heads": cfg.n_heads, "layers": pattern,
-        **{name: opts for name, opts in cfg.mixer_options.items() if name in pattern},
+        "mixers": {name: opts for name, opts in cfg.mixer_options.items() if name in pattern},
     }
     model = DecoderLM(model_config(mcfg))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)

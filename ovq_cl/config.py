@@ -1,78 +1,27 @@
-"""Structured model configs (dataclasses), validated by omegaconf.
+"""The model config: a structured dataclass validated by omegaconf.
 
-One dataclass per mixer kind, whose fields are that layer's keyword arguments; ``ModelConfig`` holds
-one of each, and ``layers`` picks the mixer of every block (a pattern repeated over ``n_layers``).
-Unknown keys and wrong types are errors, raised as ``ValueError`` naming the key.
+``layers`` picks the mixer of every block (a pattern repeated over ``n_layers``); ``mixers`` holds
+each mixer's options by name, validated against the options dataclass the mixer registered
+(``ovq_cl.layers.register_mixer``), so a user's mixer is configured exactly like a built-in one::
+
+    model:
+      layers: [swa, ovq]
+      mixers:
+        ovq: {num_slots: 128, chunk_size: 8}
+        swa: {window: 32}
+
+:func:`model_config` resolves a config: unknown keys, unknown mixers and bad option values are
+ValueErrors naming them, and every mixer in ``layers`` gets its full options (defaults filled in), so
+the resolved config (and the MLflow params) says exactly what ran: only the mixers in ``layers``
+are kept after validation.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List
 
 from ovq_cl.base import validate
-
-
-@dataclass
-class OVQConfig:
-    head_dim: Optional[int] = None
-    num_slots: int = 256
-    chunk_size: int = 32
-    growth: str = "plateau"            # plateau | linear
-    growth_alpha: Optional[float] = None  # plateau speed; None -> num_slots
-    growth_rate: float = 1.0           # slope of linear growth
-    init: str = "spread"               # spread | random
-    state_grad: str = "full"           # full | detach
-    beta_init: float = 8.0
-    learn_beta: bool = True
-    init_seed: int = 0
-    backend: str = "auto"
-    recompute_chunks: int = 0          # training: keep the graph of 1 in S chunks, recompute the rest (0 = off)
-
-
-@dataclass
-class FullAttentionConfig:
-    head_dim: Optional[int] = None
-    rope: bool = True
-    rope_base: float = 10000.0
-
-
-@dataclass
-class LinearAttentionConfig:
-    head_dim: Optional[int] = None
-    feature_map: str = "elu1"          # elu1 | relu | identity
-    normalize: bool = True
-    chunk_size: int = 64
-
-
-@dataclass
-class VQAttentionConfig:
-    head_dim: Optional[int] = None
-    codebook_size: int = 256
-    chunk_size: int = 32
-    beta_init: float = 8.0
-    learn_beta: bool = True
-    ema_decay: float = 0.99
-    commitment_weight: float = 1e-4
-    state_grad: str = "full"           # full | detach
-    recompute_chunks: int = 0          # training: keep the graph of 1 in S chunks, recompute the rest (0 = off)
-
-
-@dataclass
-class GatedDeltaNetConfig:
-    head_dim: Optional[int] = None
-    chunk_size: int = 64
-    backend: str = "auto"              # auto | naive | recurrent | fla
-    dt_min: float = 0.001              # initial decay step sizes, log-uniform in [dt_min, dt_max]
-    dt_max: float = 0.1
-
-
-@dataclass
-class SlidingWindowConfig:
-    head_dim: Optional[int] = None
-    window: int = 64
-    rope: bool = True
-    rope_base: float = 10000.0
 
 
 @dataclass
@@ -85,12 +34,7 @@ class ModelConfig:
     mlp_ratio: float = 4.0
     tie_embeddings: bool = True
     token_shift: bool = True           # mixer input mixes in the previous token (see model.Block)
-    ovq: OVQConfig = field(default_factory=OVQConfig)
-    full: FullAttentionConfig = field(default_factory=FullAttentionConfig)
-    linear: LinearAttentionConfig = field(default_factory=LinearAttentionConfig)
-    vq: VQAttentionConfig = field(default_factory=VQAttentionConfig)
-    delta: GatedDeltaNetConfig = field(default_factory=GatedDeltaNetConfig)
-    swa: SlidingWindowConfig = field(default_factory=SlidingWindowConfig)
+    mixers: Dict[str, Any] = field(default_factory=dict)   # mixer name -> its options (see module doc)
 
     def layer_kinds(self) -> List[str]:
         """The mixer name of every block: ``layers`` itself, or repeated if it divides n_layers."""
@@ -105,13 +49,44 @@ class ModelConfig:
             )
         return list(self.layers) * (self.n_layers // len(self.layers))
 
-    def mixer_options(self, name: str) -> dict:
-        """Keyword options of mixer ``name`` (its sub-config as a dict; {} if it has none)."""
-        sub = getattr(self, name, None)
-        if sub is None or not dataclasses.is_dataclass(sub):
-            return {}
-        return dataclasses.asdict(sub)
+    def mixer_options(self, name: str):
+        """The options instance of mixer ``name`` (its ``mixers`` entry validated, defaults filled in)."""
+        from ovq_cl.layers import mixer_options
+
+        return mixer_options(name, self.mixers.get(name))
+
+    def resolved(self) -> "ModelConfig":
+        """A new config: every mixer's options validated (a typo in an unused mixer's options is an error
+        too), then ``mixers`` reduced to the mixers of ``layers``, each with its full options: the
+        resolved config says exactly what runs. Raises ValueError naming the first bad key."""
+        from ovq_cl.layers import MIXERS, mixer_options
+
+        self.layer_kinds()
+        mixers = dict(self.mixers)
+        for name in self.layers:
+            if name not in MIXERS:
+                raise ValueError(f"model config: unknown mixer {name!r} in layers; known: {MIXERS.names()}")
+            mixers.setdefault(name, {})
+        for name in mixers:
+            if name not in MIXERS:
+                raise ValueError(f"model config: unknown mixer {name!r} in mixers; known: {MIXERS.names()}")
+        full = {name: dataclasses.asdict(mixer_options(name, mixers[name])) for name in sorted(mixers)}
+        return dataclasses.replace(self, mixers={name: full[name] for name in sorted(set(self.layers))})
+
+
+def check_moved_keys(user: Any, where: str = "model") -> None:
+    """A clear error for configs written before mixers owned their options (``model.ovq.num_slots``)."""
+    from ovq_cl.layers import MIXERS
+
+    if hasattr(user, "keys"):
+        moved = [k for k in user.keys() if k in MIXERS]
+        if moved:
+            raise ValueError(f"{where}: mixer options live under {where}.mixers.NAME now: got "
+                             + ", ".join(f"{where}.{k} (use {where}.mixers.{k})" for k in moved))
 
 
 def model_config(user: Any = None) -> ModelConfig:
-    return validate(ModelConfig, user, "model config")
+    """The resolved model config of ``user`` (mapping, DictConfig, ModelConfig or None)."""
+    if user is not None and not dataclasses.is_dataclass(user):
+        check_moved_keys(user)
+    return validate(ModelConfig, user, "model config").resolved()

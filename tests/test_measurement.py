@@ -213,7 +213,7 @@ def test_only_the_test_stream_fills_the_result_matrix():
 def test_a_model_with_vq_layers_deep_copies_after_a_forward():
     """Review finding: VQ kept its commitment loss (with its graph) on the layer, so LwF's deepcopy failed."""
     model = DecoderLM(model_config({"vocab_size": 20, "d_model": 16, "n_heads": 2, "layers": ["vq"],
-                                    "vq": {"codebook_size": 8, "chunk_size": 4}}))
+                                    "mixers": {"vq": {"codebook_size": 8, "chunk_size": 4}}}))
     out, _ = model(torch.randint(0, 20, (2, 8)))
     twin = copy.deepcopy(model)
     assert twin.mixers[0].aux_loss is None and model.mixers[0].aux_loss is not None

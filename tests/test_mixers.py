@@ -143,8 +143,14 @@ def test_unknown_mixer_and_bad_options():
         build_mixer("full", 25, HEADS)
     with pytest.raises(ValueError, match="feature_map"):
         build_mixer("linear", D_MODEL, HEADS, {"feature_map": "cosh"})
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="Did you mean: 'num_slots'"):
         build_mixer("ovq", D_MODEL, HEADS, {"slots": 5})
+    from ovq_cl.layers import OVQAttention
+
+    with pytest.raises(ValueError, match="unknown option"):
+        OVQAttention(D_MODEL, HEADS, slots=5)
+    with pytest.raises(TypeError, match="options must be OVQOptions"):
+        OVQAttention(D_MODEL, HEADS, options=object())
 
 
 @pytest.mark.parametrize("fmap,normalize", [("elu1", True), ("relu", True), ("identity", False)])

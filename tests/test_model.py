@@ -7,8 +7,9 @@ from ovq_cl import DecoderLM, model_config
 from conftest import rel_err, state_storage_bytes
 
 SMALL = {
-    "vocab_size": 31, "d_model": 24, "n_heads": 3, "ovq": {"num_slots": 6, "chunk_size": 4},
-    "vq": {"codebook_size": 5, "chunk_size": 4}, "swa": {"window": 5}, "delta": {"chunk_size": 4},
+    "vocab_size": 31, "d_model": 24, "n_heads": 3, "mixers": {
+        "ovq": {"num_slots": 6, "chunk_size": 4}, "vq": {"codebook_size": 5, "chunk_size": 4},
+        "swa": {"window": 5}, "delta": {"chunk_size": 4}},
 }
 
 
@@ -72,7 +73,22 @@ def test_layer_pattern_repeats_and_must_divide():
 
 def test_config_rejects_unknown_keys_and_bad_types():
     with pytest.raises(ValueError, match="num_slotz"):
-        model_config({"ovq": {"num_slotz": 4}})
+        model_config({"mixers": {"ovq": {"num_slotz": 4}}})
+    with pytest.raises(ValueError, match="use model.mixers.ovq"):
+        model_config({"ovq": {"num_slots": 4}})
+    with pytest.raises(ValueError, match="unknown mixer 'transformer' in mixers"):
+        model_config({"mixers": {"transformer": {}}})
+    with pytest.raises(ValueError, match="growth must be one of"):
+        model_config({"mixers": {"ovq": {"growth": "exponential"}}})
+
+
+def test_the_resolved_config_holds_the_full_options_of_the_mixers_it_runs():
+    cfg = model_config({**SMALL, "layers": ["swa", "ovq"]})
+    assert sorted(cfg.mixers) == ["ovq", "swa"]                      # vq, delta validated, then dropped
+    assert cfg.mixers["ovq"]["num_slots"] == 6 and cfg.mixers["ovq"]["growth"] == "plateau"
+    assert cfg.mixers["swa"] == {"head_dim": None, "rope": True, "rope_base": 10000.0, "window": 5}
+    model = DecoderLM(cfg)
+    assert model.mixers[1].options.num_slots == 6 and model.mixers[0].options.window == 5
     with pytest.raises(ValueError, match="d_model"):
         model_config({"d_model": "wide"})
 

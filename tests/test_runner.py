@@ -9,7 +9,7 @@ from experiments.runner import run
 from strategies.checkpoint import load_checkpoint
 
 TINY = {
-    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "layers": ["ovq"], "ovq": {"num_slots": 16, "chunk_size": 4}},
+    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "layers": ["ovq"], "mixers": {"ovq": {"num_slots": 16, "chunk_size": 4}}},
     "stream": {"name": "icr", "options": {"n_experiences": 3, "train_episodes": 8, "test_episodes": 4,
                                           "facts_per_experience": 6, "facts_per_episode": 4, "queries_per_episode": 2,
                                           "test_queries": 3, "meta_train_episodes": 64}},

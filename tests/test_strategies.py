@@ -40,7 +40,7 @@ def recall_model():
     """Full attention (no positions: the causal mask and the token shift are enough) meta-trained on
     single-episode recall. ~10 s."""
     torch.manual_seed(0)
-    model = DecoderLM(model_config({"vocab_size": SPEC.vocab_size, "layers": ["full"], "full": {"rope": False}}))
+    model = DecoderLM(model_config({"vocab_size": SPEC.vocab_size, "layers": ["full"], "mixers": {"full": {"rope": False}}}))
     x, y = recall_batch(SPEC, 32 * 60, torch.Generator().manual_seed(1))
     meta_train(model, TensorDataset(x, y, torch.zeros(len(x), dtype=torch.long)), steps=350, batch_size=32,
                lr=3e-3, metric="accuracy")
@@ -105,7 +105,7 @@ def test_eval_leaves_the_carried_state_bitwise_unchanged(recall_model):
 def test_frozen_weights_change_no_parameter_or_buffer():
     torch.manual_seed(0)
     model = DecoderLM(model_config({"vocab_size": SPEC.vocab_size, "layers": ["vq", "ovq"],
-                                    "vq": {"codebook_size": 8, "chunk_size": 4}, "ovq": {"chunk_size": 4}}))
+                                    "mixers": {"vq": {"codebook_size": 8, "chunk_size": 4}, "ovq": {"chunk_size": 4}}}))
     before = copy.deepcopy(model.state_dict())
     strategy, _, _ = run_frozen(model, "persist")
     for key, value in model.state_dict().items():
@@ -115,7 +115,7 @@ def test_frozen_weights_change_no_parameter_or_buffer():
 
 def test_memory_policies():
     torch.manual_seed(0)
-    model = DecoderLM(model_config({"vocab_size": SPEC.vocab_size, "layers": ["ovq"], "ovq": {"chunk_size": 4}}))
+    model = DecoderLM(model_config({"vocab_size": SPEC.vocab_size, "layers": ["ovq"], "mixers": {"ovq": {"chunk_size": 4}}}))
     seen = {}
     for policy in ("persist", "reset_experience", "reset_episode"):
         strategy, _, bench = run_frozen(model, policy)
@@ -136,7 +136,7 @@ def _two_experience_bench():
 def test_weight_strategies_run_with_persistent_state(plugin_name):
     bench = _two_experience_bench()
     model = DecoderLM(model_config({"vocab_size": bench.info.vocab_size, "d_model": 32, "layers": ["ovq"],
-                                    "ovq": {"chunk_size": 4, "num_slots": 16}}))
+                                    "mixers": {"ovq": {"chunk_size": 4, "num_slots": 16}}}))
     extra = {"naive": [], "ewc": [SequenceEWCPlugin(ewc_lambda=10.0)], "replay": [SequenceReplayPlugin(mem_size=8)],
              "lwf": [LanguageDistillationPlugin(alpha=1.0)]}[plugin_name]
     matrix = ResultMatrix("accuracy", 2)
@@ -200,7 +200,7 @@ def test_ewc_adds_a_penalty_that_grows_as_weights_leave_the_old_optimum():
     bench = _two_experience_bench()
     torch.manual_seed(0)
     model = DecoderLM(model_config({"vocab_size": bench.info.vocab_size, "d_model": 32, "layers": ["ovq"],
-                                    "ovq": {"chunk_size": 4}}))
+                                    "mixers": {"ovq": {"chunk_size": 4}}}))
     ewc, capture = SequenceEWCPlugin(ewc_lambda=100.0), LossCapture()
     strategy = SequenceTemplate(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2),
                                 train_mb_size=4, plugins=[ewc, capture], evaluator=EvaluationPlugin(loggers=[]))

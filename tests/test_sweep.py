@@ -9,7 +9,7 @@ from test_runner import TINY
 
 def test_grid_expands_to_every_combination():
     grid = parse_grid(["model.layers=[ovq];[swa,ovq]", "seed=0;1;2"])
-    configs = expand(TINY, [], grid)
+    configs = expand(TINY, ["model.n_layers=2"], grid)
     assert len(configs) == 6
     assert sorted({tuple(c.model.layers) for c in configs}) == [("ovq",), ("swa", "ovq")]
     assert sorted(c.seed for c in configs) == [0, 0, 1, 1, 2, 2]

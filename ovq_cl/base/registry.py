@@ -54,6 +54,9 @@ class Registry(Generic[T]):
             self.load_entry_points()
         return name in self._entries
 
+    def __iter__(self):
+        return iter(self.names())
+
     def names(self) -> List[str]:
         return sorted(self._entries)
 

@@ -1,31 +1,59 @@
-"""Sequence mixers, all behind one contract (``y, state = mixer(x, state)``), and a registry by name."""
+"""Sequence mixers, all behind one contract (``y, state = mixer(x, state)``), and their registry.
+
+A mixer is a :class:`Mixer` subclass with an ``Options`` dataclass (frozen, the single home of its
+defaults). ``register_mixer(name, cls)`` makes it available to models and configs: the model config's
+``mixers: {name: {...}}`` is validated against ``cls.Options``, from YAML or the command line
+(``model.mixers.NAME.FIELD=...``), exactly as for the built-in ones.
+"""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Type
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Type
 
-from ovq_cl.layers.base import Mixer
-from ovq_cl.layers.delta import GatedDeltaNet
-from ovq_cl.layers.linear import LinearAttention
-from ovq_cl.layers.ovq import OVQAttention
-from ovq_cl.layers.softmax import SlidingWindowAttention, SoftmaxAttention
-from ovq_cl.layers.vq import VQAttention
+from ovq_cl.base import Registry, validate
+from ovq_cl.layers.base import Mixer, MixerOptions
+from ovq_cl.layers.delta import GatedDeltaNet, GatedDeltaNetOptions
+from ovq_cl.layers.linear import LinearAttention, LinearAttentionOptions
+from ovq_cl.layers.ovq import OVQAttention, OVQOptions
+from ovq_cl.layers.softmax import FullAttentionOptions, SlidingWindowAttention, SlidingWindowOptions, SoftmaxAttention
+from ovq_cl.layers.vq import VQAttention, VQAttentionOptions
 
-MIXERS: Dict[str, Type[Mixer]] = {}
+
+@dataclass(frozen=True)
+class MixerSpec:
+    """A registered mixer: its class and its options dataclass."""
+
+    cls: Type[Mixer]
+    options_type: type
 
 
-def register_mixer(name: str, cls: Type[Mixer]) -> Type[Mixer]:
-    """Makes ``cls`` available to models and configs as ``name``."""
-    if name in MIXERS and MIXERS[name] is not cls:
-        raise ValueError(f"mixer name {name!r} is already registered to {MIXERS[name].__name__}")
-    MIXERS[name] = cls
+MIXERS: Registry[MixerSpec] = Registry("mixer", "ovq_cl.mixers")
+
+
+def register_mixer(name: str, cls: Type[Mixer], options_type: Optional[type] = None) -> Type[Mixer]:
+    """Makes ``cls`` available to models and configs as ``name``; its options are ``options_type``
+    (default ``cls.Options``, which must be a dataclass subclassing :class:`MixerOptions`)."""
+    options_type = options_type or cls.Options
+    if not (isinstance(options_type, type) and issubclass(options_type, MixerOptions)):
+        raise ValueError(f"register_mixer({name!r}): options must be a dataclass subclassing MixerOptions, "
+                         f"got {options_type!r}")
+    MIXERS.register(name, MixerSpec(cls, options_type))
     return cls
 
 
-def build_mixer(name: str, d_model: int, n_heads: int, options: Optional[Mapping[str, Any]] = None) -> Mixer:
-    """Builds the mixer registered as ``name`` with its keyword options."""
-    if name not in MIXERS:
-        raise ValueError(f"unknown mixer {name!r}; known mixers: {sorted(MIXERS)}")
-    return MIXERS[name](d_model=d_model, n_heads=n_heads, **dict(options or {}))
+def mixer_options(name: str, user: Any = None):
+    """The options of mixer ``name``: ``user`` (mapping, or an options instance) validated against its
+    options dataclass, defaults filled in. Unknown keys and bad values are ValueErrors naming them."""
+    spec = MIXERS.get(name)
+    if isinstance(user, spec.options_type):
+        return user
+    return validate(spec.options_type, dict(user or {}), f"model.mixers.{name}")
+
+
+def build_mixer(name: str, d_model: int, n_heads: int, options: Any = None) -> Mixer:
+    """Builds the mixer registered as ``name`` (options: a mapping or its options instance)."""
+    spec = MIXERS.get(name)
+    return spec.cls(d_model=d_model, n_heads=n_heads, options=mixer_options(name, options))
 
 
 register_mixer("ovq", OVQAttention)
@@ -36,6 +64,8 @@ register_mixer("delta", GatedDeltaNet)
 register_mixer("swa", SlidingWindowAttention)
 
 __all__ = [
-    "MIXERS", "GatedDeltaNet", "LinearAttention", "Mixer", "OVQAttention", "SlidingWindowAttention",
-    "SoftmaxAttention", "VQAttention", "build_mixer", "register_mixer",
+    "FullAttentionOptions", "GatedDeltaNet", "GatedDeltaNetOptions", "LinearAttention", "LinearAttentionOptions",
+    "MIXERS", "Mixer", "MixerOptions", "MixerSpec", "OVQAttention", "OVQOptions", "SlidingWindowAttention",
+    "SlidingWindowOptions", "SoftmaxAttention", "VQAttention", "VQAttentionOptions", "build_mixer", "mixer_options",
+    "register_mixer",
 ]

@@ -6,7 +6,8 @@ continues the sequence: one call over T tokens equals the same tokens split acro
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple, Type
+import dataclasses
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 import torch
 from torch import nn
@@ -14,14 +15,34 @@ from torch import nn
 from ovq_cl.state import MixerState
 
 
+@dataclasses.dataclass(frozen=True)
+class MixerOptions:
+    """Options every mixer has. A mixer's own options dataclass subclasses this (frozen), and is the
+    one place its defaults live: configs, the layer and its op all read them from there.
+
+    head_dim: width of each head; None -> d_model // n_heads.
+    """
+
+    head_dim: Optional[int] = None
+
+
 class Mixer(nn.Module):
-    """Base class: input checks, and the size of the state the mixer carries."""
+    """Base class: options, input checks, and the size of the state the mixer carries.
+
+    ``Mixer(d_model, n_heads, options=None, **overrides)``: ``options`` is an instance of the class's
+    ``Options`` dataclass (None -> its defaults); keyword overrides replace single fields, so
+    ``OVQAttention(d_model=256, n_heads=4, num_slots=1024)`` works. An unknown keyword is a ValueError.
+    """
 
     #: the dataclass of this mixer's state
     state_type: Type[MixerState] = MixerState
+    #: the dataclass of this mixer's options (frozen; subclass of MixerOptions)
+    Options: ClassVar[type] = MixerOptions
 
-    def __init__(self, d_model: int, n_heads: int, head_dim: Optional[int] = None) -> None:
+    def __init__(self, d_model: int, n_heads: int, options: Optional[Any] = None, **overrides: Any) -> None:
         super().__init__()
+        self.options = self.resolve_options(options, overrides)
+        head_dim = self.options.head_dim
         if d_model < 1 or n_heads < 1:
             raise ValueError(f"{type(self).__name__}: d_model and n_heads must be >= 1, got {d_model}, {n_heads}")
         if head_dim is None:
@@ -33,6 +54,24 @@ class Mixer(nn.Module):
         if head_dim < 1:
             raise ValueError(f"{type(self).__name__}: head_dim must be >= 1, got {head_dim}")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, head_dim
+
+    @classmethod
+    def resolve_options(cls, options: Optional[Any], overrides: Dict[str, Any]):
+        """``options`` (or the defaults) with ``overrides`` applied; type and field names checked."""
+        if options is None:
+            options = cls.Options()
+        elif isinstance(options, dict):
+            overrides = {**options, **overrides}
+            options = cls.Options()
+        elif not isinstance(options, cls.Options):
+            raise TypeError(f"{cls.__name__}: options must be {cls.Options.__name__}, got {type(options).__name__}")
+        if overrides:
+            known = {f.name for f in dataclasses.fields(cls.Options)}
+            unknown = sorted(set(overrides) - known)
+            if unknown:
+                raise ValueError(f"{cls.__name__}: unknown option(s) {unknown}; known: {sorted(known)}")
+            options = dataclasses.replace(options, **overrides)
+        return options
 
     def add_qkvo_projections(self) -> None:
         """q_proj, k_proj, v_proj: d_model -> n_heads * head_dim; o_proj back (no biases)."""

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ovq_cl.layers.base import Mixer, elem_size
+from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
 from ovq_cl.ops.common import l2norm
 from ovq_cl.ops.delta import BACKENDS, gated_delta_rule
 from ovq_cl.state import MixerState
@@ -23,6 +23,25 @@ class DeltaState(MixerState):
     seen: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class GatedDeltaNetOptions(MixerOptions):
+    """chunk_size: tokens per chunk of the WY form; backend: auto | naive | recurrent | fla; dt_min,
+    dt_max: the initial decay step sizes are log-uniform in [dt_min, dt_max] (fla's defaults)."""
+
+    chunk_size: int = 64
+    backend: str = "auto"
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError(f"GatedDeltaNet: chunk_size must be >= 1, got {self.chunk_size}")
+        if not 0 < self.dt_min <= self.dt_max:
+            raise ValueError(f"GatedDeltaNet: need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"GatedDeltaNet: backend must be one of {BACKENDS}, got {self.backend!r}")
+
+
 class GatedDeltaNet(Mixer):
     """Gated DeltaNet (Yang et al. 2024) as in flash-linear-attention's layer, minus the short
     convolution (the LM's token shift plays that role for every mixer alike).
@@ -32,18 +51,12 @@ class GatedDeltaNet(Mixer):
     """
 
     state_type = DeltaState
+    Options = GatedDeltaNetOptions
 
-    def __init__(
-        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, chunk_size: int = 64,
-        backend: str = "auto", dt_min: float = 0.001, dt_max: float = 0.1,
-    ) -> None:
-        super().__init__(d_model, n_heads, head_dim)
-        if chunk_size < 1:
-            raise ValueError(f"GatedDeltaNet: chunk_size must be >= 1, got {chunk_size}")
-        if not 0 < dt_min <= dt_max:
-            raise ValueError(f"GatedDeltaNet: need 0 < dt_min <= dt_max, got {dt_min}, {dt_max}")
-        if backend not in BACKENDS:
-            raise ValueError(f"GatedDeltaNet: backend must be one of {BACKENDS}, got {backend!r}")
+    def __init__(self, d_model: int, n_heads: int, options: Optional[GatedDeltaNetOptions] = None, **overrides) -> None:
+        super().__init__(d_model, n_heads, options, **overrides)
+        o = self.options
+        dt_min, dt_max = o.dt_min, o.dt_max
         self.add_qkvo_projections()
         self.g_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.b_proj = nn.Linear(d_model, n_heads, bias=True)
@@ -54,7 +67,7 @@ class GatedDeltaNet(Mixer):
         # start the per-token decay exp(-A dt) closer to 1, i.e. a longer memory
         dt = torch.exp(torch.rand(n_heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))   # softplus^-1(dt)
-        self.chunk_size, self.backend = chunk_size, backend
+        self.chunk_size, self.backend = o.chunk_size, o.backend
 
     def forward(self, x: torch.Tensor, state: Optional[DeltaState] = None) -> Tuple[torch.Tensor, DeltaState]:
         """x: [B, T, d_model] -> y [B, T, d_model], state."""

@@ -1,30 +1,42 @@
 """Causal linear attention layer (chunked form), state = the [Dk, Dv] matrix and its normaliser."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Tuple
 
 import torch
 
-from ovq_cl.layers.base import Mixer, elem_size
+from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
 from ovq_cl.ops.linear import LinearAttentionState, feature_map_names, linear_attention_chunked
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearAttentionOptions(MixerOptions):
+    """feature_map: "elu1", "relu" or "identity"; normalize: divide by the feature-map normaliser;
+    chunk_size: tokens per chunk of the chunked form."""
+
+    feature_map: str = "elu1"
+    normalize: bool = True
+    chunk_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.feature_map not in feature_map_names():
+            raise ValueError(f"LinearAttention: feature_map must be one of {feature_map_names()}, got {self.feature_map!r}")
+        if self.chunk_size < 1:
+            raise ValueError(f"LinearAttention: chunk_size must be >= 1, got {self.chunk_size}")
 
 
 class LinearAttention(Mixer):
     """Linear attention with a configurable feature map ("elu1", "relu", "identity")."""
 
     state_type = LinearAttentionState
+    Options = LinearAttentionOptions
 
-    def __init__(
-        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, feature_map: str = "elu1",
-        normalize: bool = True, chunk_size: int = 64,
-    ) -> None:
-        super().__init__(d_model, n_heads, head_dim)
-        if feature_map not in feature_map_names():
-            raise ValueError(f"LinearAttention: feature_map must be one of {feature_map_names()}, got {feature_map!r}")
-        if chunk_size < 1:
-            raise ValueError(f"LinearAttention: chunk_size must be >= 1, got {chunk_size}")
+    def __init__(self, d_model: int, n_heads: int, options: Optional[LinearAttentionOptions] = None, **overrides) -> None:
+        super().__init__(d_model, n_heads, options, **overrides)
         self.add_qkvo_projections()
-        self.feature_map, self.normalize, self.chunk_size = feature_map, normalize, chunk_size
+        o = self.options
+        self.feature_map, self.normalize, self.chunk_size = o.feature_map, o.normalize, o.chunk_size
 
     def forward(
         self, x: torch.Tensor, state: Optional[LinearAttentionState] = None

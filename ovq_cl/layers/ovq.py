@@ -1,14 +1,34 @@
 """OVQAttention: projections, heads and output projection around the OVQ op."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from ovq_cl.layers.base import Mixer, elem_size
-from ovq_cl.ops.ovq import OVQParams, OVQState, ovq_attention
+from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
+from ovq_cl.ops.ovq import BACKENDS, OVQParams, OVQState, ovq_attention
+
+
+@dataclasses.dataclass(frozen=True)
+class OVQOptions(OVQParams, MixerOptions):
+    """The op's hyper-parameters (:class:`OVQParams`: num_slots, chunk_size, growth, growth_alpha,
+    growth_rate, init, state_grad, init_seed, recompute_chunks) plus the layer's: head_dim, beta_init
+    and learn_beta (the per-head inverse temperature, stored as log), backend (auto | naive |
+    recurrent | triton). The layer passes these options to the op as its params."""
+
+    beta_init: float = 8.0
+    learn_beta: bool = True
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.beta_init > 0:
+            raise ValueError(f"OVQAttention: beta_init must be > 0, got {self.beta_init}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"OVQAttention: backend must be one of {BACKENDS}, got {self.backend!r}")
 
 
 class OVQAttention(Mixer):
@@ -19,24 +39,15 @@ class OVQAttention(Mixer):
     """
 
     state_type = OVQState
+    Options = OVQOptions
 
-    def __init__(
-        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, num_slots: int = 256,
-        chunk_size: int = 32, growth: str = "plateau", growth_alpha: Optional[float] = None,
-        growth_rate: float = 1.0, init: str = "spread", state_grad: str = "full", beta_init: float = 8.0,
-        learn_beta: bool = True, init_seed: int = 0, backend: str = "auto", recompute_chunks: int = 0,
-    ) -> None:
-        super().__init__(d_model, n_heads, head_dim)
-        self.params = OVQParams(
-            num_slots=num_slots, chunk_size=chunk_size, growth=growth, growth_alpha=growth_alpha,
-            growth_rate=growth_rate, init=init, state_grad=state_grad, init_seed=init_seed,
-            recompute_chunks=recompute_chunks,
-        )
-        if not beta_init > 0:
-            raise ValueError(f"OVQAttention: beta_init must be > 0, got {beta_init}")
+    def __init__(self, d_model: int, n_heads: int, options: Optional[OVQOptions] = None, **overrides) -> None:
+        super().__init__(d_model, n_heads, options, **overrides)
+        self.params: OVQParams = self.options          # the op reads its fields from the options
         self.add_qkvo_projections()
-        self.log_beta = nn.Parameter(torch.full((n_heads,), math.log(beta_init)), requires_grad=learn_beta)
-        self.backend = backend
+        self.log_beta = nn.Parameter(torch.full((n_heads,), math.log(self.options.beta_init)),
+                                     requires_grad=self.options.learn_beta)
+        self.backend = self.options.backend
 
     def forward(self, x: torch.Tensor, state: Optional[OVQState] = None) -> Tuple[torch.Tensor, OVQState]:
         """x: [B, T, d_model] -> y [B, T, d_model], state."""

@@ -1,13 +1,33 @@
 """Full causal softmax attention (SDPA) whose state is the KV cache."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Tuple
 
 import torch
 
-from ovq_cl.layers.base import Mixer, elem_size
+from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
 from ovq_cl.layers.rotary import apply_rotary
 from ovq_cl.ops.softmax import KVCacheState, softmax_attention
+
+
+@dataclasses.dataclass(frozen=True)
+class FullAttentionOptions(MixerOptions):
+    """rope: rotary positions on q and k (base ``rope_base``)."""
+
+    rope: bool = True
+    rope_base: float = 10000.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SlidingWindowOptions(FullAttentionOptions):
+    """window: W, the tokens each query sees (itself included); the state keeps the last W - 1."""
+
+    window: int = 64
+
+    def __post_init__(self) -> None:
+        if self.window is None or self.window < 1:
+            raise ValueError(f"SlidingWindowAttention: window must be >= 1, got {self.window}")
 
 
 class SoftmaxAttention(Mixer):
@@ -18,16 +38,13 @@ class SoftmaxAttention(Mixer):
     """
 
     state_type = KVCacheState
+    Options = FullAttentionOptions
 
-    def __init__(
-        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, rope: bool = True,
-        rope_base: float = 10000.0, window: Optional[int] = None,
-    ) -> None:
-        super().__init__(d_model, n_heads, head_dim)
-        if window is not None and window < 1:
-            raise ValueError(f"{type(self).__name__}: window must be >= 1, got {window}")
+    def __init__(self, d_model: int, n_heads: int, options: Optional[FullAttentionOptions] = None, **overrides) -> None:
+        super().__init__(d_model, n_heads, options, **overrides)
         self.add_qkvo_projections()
-        self.rope, self.rope_base, self.window = rope, rope_base, window
+        o = self.options
+        self.rope, self.rope_base, self.window = o.rope, o.rope_base, getattr(o, "window", None)
 
     def forward(self, x: torch.Tensor, state: Optional[KVCacheState] = None) -> Tuple[torch.Tensor, KVCacheState]:
         """x: [B, T, d_model] -> y [B, T, d_model], state (the cache)."""
@@ -49,10 +66,4 @@ class SlidingWindowAttention(SoftmaxAttention):
     """Causal attention over the last ``window`` tokens (the current one included); its state is the
     last ``window - 1`` keys and values, so it stops growing at T = window."""
 
-    def __init__(
-        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, window: int = 64,
-        rope: bool = True, rope_base: float = 10000.0,
-    ) -> None:
-        if window is None or window < 1:
-            raise ValueError(f"SlidingWindowAttention: window must be >= 1, got {window}")
-        super().__init__(d_model, n_heads, head_dim, rope=rope, rope_base=rope_base, window=window)
+    Options = SlidingWindowOptions

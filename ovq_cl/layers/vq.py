@@ -1,15 +1,45 @@
 """VQAttention (Lingle 2023): OVQ's read over a static, globally learned key codebook."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from ovq_cl.layers.base import Mixer, elem_size
+from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
 from ovq_cl.ops.common import l2norm
 from ovq_cl.ops.vq import VQState, quantize, vq_attention
+
+
+@dataclasses.dataclass(frozen=True)
+class VQAttentionOptions(MixerOptions):
+    """codebook_size: S codes per head; chunk_size: tokens per block; beta_init / learn_beta: the read's
+    inverse temperature (stored as log); ema_decay: the codebook's EMA k-means decay; commitment_weight:
+    of ``|k - sg(k_hat)|^2``; state_grad: full | detach; recompute_chunks: 0 = off, S = keep the graph of
+    1 in S blocks in training and recompute the rest."""
+
+    codebook_size: int = 256
+    chunk_size: int = 32
+    beta_init: float = 8.0
+    learn_beta: bool = True
+    ema_decay: float = 0.99
+    commitment_weight: float = 1e-4
+    state_grad: str = "full"
+    recompute_chunks: int = 0
+
+    def __post_init__(self) -> None:
+        if self.codebook_size < 1:
+            raise ValueError(f"VQAttention: codebook_size must be >= 1, got {self.codebook_size}")
+        if self.chunk_size < 1:
+            raise ValueError(f"VQAttention: chunk_size must be >= 1, got {self.chunk_size}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"VQAttention: ema_decay must be in [0, 1), got {self.ema_decay}")
+        if not self.beta_init > 0:
+            raise ValueError(f"VQAttention: beta_init must be > 0, got {self.beta_init}")
+        if int(self.recompute_chunks) < 0:
+            raise ValueError(f"VQAttention: recompute_chunks must be >= 0 (0 = off), got {self.recompute_chunks}")
 
 
 class VQAttention(Mixer):
@@ -24,20 +54,14 @@ class VQAttention(Mixer):
 
     state_type = VQState
 
-    def __init__(
-        self, d_model: int, n_heads: int, head_dim: Optional[int] = None, codebook_size: int = 256,
-        chunk_size: int = 32, beta_init: float = 8.0, learn_beta: bool = True, ema_decay: float = 0.99,
-        commitment_weight: float = 1e-4, state_grad: str = "full", recompute_chunks: int = 0,
-    ) -> None:
-        super().__init__(d_model, n_heads, head_dim)
-        if codebook_size < 1:
-            raise ValueError(f"VQAttention: codebook_size must be >= 1, got {codebook_size}")
-        if chunk_size < 1:
-            raise ValueError(f"VQAttention: chunk_size must be >= 1, got {chunk_size}")
-        if not 0.0 <= ema_decay < 1.0:
-            raise ValueError(f"VQAttention: ema_decay must be in [0, 1), got {ema_decay}")
-        if not beta_init > 0:
-            raise ValueError(f"VQAttention: beta_init must be > 0, got {beta_init}")
+    Options = VQAttentionOptions
+
+    def __init__(self, d_model: int, n_heads: int, options: Optional[VQAttentionOptions] = None, **overrides) -> None:
+        super().__init__(d_model, n_heads, options, **overrides)
+        o = self.options
+        codebook_size, chunk_size, beta_init, learn_beta = o.codebook_size, o.chunk_size, o.beta_init, o.learn_beta
+        ema_decay, commitment_weight, state_grad, recompute_chunks = (
+            o.ema_decay, o.commitment_weight, o.state_grad, o.recompute_chunks)
         self.add_qkvo_projections()
         self.log_beta = nn.Parameter(torch.full((n_heads,), math.log(beta_init)), requires_grad=learn_beta)
         codebook = l2norm(torch.randn(n_heads, codebook_size, self.head_dim))
@@ -45,8 +69,6 @@ class VQAttention(Mixer):
         self.register_buffer("ema_counts", torch.ones(n_heads, codebook_size))
         self.register_buffer("ema_sums", codebook.clone())
         self.chunk_size, self.ema_decay, self.commitment_weight, self.state_grad = chunk_size, ema_decay, commitment_weight, state_grad
-        if int(recompute_chunks) < 0:
-            raise ValueError(f"VQAttention: recompute_chunks must be >= 0 (0 = off), got {recompute_chunks}")
         self.recompute_chunks = int(recompute_chunks)
         self.aux_loss: Optional[torch.Tensor] = None
 

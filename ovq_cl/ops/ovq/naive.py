@@ -62,8 +62,8 @@ class OVQParams:
         Same values and gradients, about one more forward of compute. Inference is unaffected.
     """
 
-    num_slots: int
-    chunk_size: int
+    num_slots: int = 256
+    chunk_size: int = 32
     growth: str = "plateau"
     growth_alpha: Optional[float] = None
     growth_rate: float = 1.0
