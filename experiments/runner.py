@@ -40,7 +40,8 @@ from strategies.checkpoint import load_checkpoint, save_checkpoint, set_rng_stat
 from strategies.gate import GateResult, measure_gate, stream_gate
 from strategies.memory import PersistentMemoryPlugin
 from strategies.meta import meta_train
-from strategies.metrics import HIGHER_IS_BETTER, ResultMatrix
+from strategies.metrics import ResultMatrix
+from strategies.scores import higher_is_better
 from strategies.regularizers import LanguageDistillationPlugin, SequenceEWCPlugin, SequenceReplayPlugin
 from strategies.sequence import FrozenWeights, SequenceTemplate
 from streams import BENCHMARKS
@@ -88,7 +89,7 @@ class RunResult:
         return {
             "label": self.config.label(), "config_id": self.config.identity(), "params": flatten_config(self.config),
             "seed": self.config.seed, "data_seed": self.config.data_seed, "metric": self.metric,
-            "higher_is_better": HIGHER_IS_BETTER[self.metric], "R": self.R, "R_se": self.R_se, "R_n": self.R_n,
+            "higher_is_better": higher_is_better(self.metric), "R": self.R, "R_se": self.R_se, "R_n": self.R_n,
             "current": self.current, "summary": self.summary, "summary_current": self.summary_current,
             "gate": self.gate, "stream_gate": self.stream_gate, "learned": self.learned,
             "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
@@ -264,7 +265,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     bench = BENCHMARKS[cfg.stream.name](cfg.stream.options)
     info = bench.info
     K, metric = info.n_experiences, info.metric
-    higher = HIGHER_IS_BETTER[metric]
+    higher = higher_is_better(metric)
     model = build_model(cfg, info)
     ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}", "last.pt")
     ckpt = None

@@ -28,34 +28,8 @@ from typing import Dict, Optional
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from strategies.metrics import SequenceScore
-from ovq_cl.base import collate_episodes, scored_mask
-
-PERFECT = {"accuracy": 1.0, "mse": 0.0, "bits_per_byte": 0.0}
-
-
-def chance_score(kind: str, y: torch.Tensor) -> float:
-    """The best context-free constant predictor's score on labels y ([N, T] int with -100, or
-    [N, T, d] float with NaN rows), see the module docstring."""
-    target = y[scored_mask(y)]
-    if target.numel() == 0:
-        return math.nan
-    if kind == "mse":
-        return float(target.double().var(0, unbiased=False).mean())
-    counts = torch.bincount(target.reshape(-1)).double()
-    freq = counts[counts > 0] / counts.sum()
-    if kind == "accuracy":
-        return float(freq.max())
-    return float(-(freq * freq.log2()).sum())
-
-
-def skill(kind: str, score: float, chance: float) -> float:
-    """(score - chance) / (perfect - chance): 0 at chance, 1 perfect; NaN if undefined."""
-    span = PERFECT[kind] - chance
-    if math.isnan(score) or math.isnan(chance) or span == 0:
-        return math.nan
-    return (score - chance) / span
-
+from ovq_cl.base import collate_episodes
+from strategies.scores import SequenceScore, chance_score, skill
 
 @dataclass
 class GateResult:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ovq_cl.base import collate_episodes
-from strategies.metrics import SequenceScore, sequence_loss
+from strategies.scores import SequenceScore, sequence_loss
 
 
 def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, lr: float,

@@ -1,125 +1,18 @@
-"""Scores for sequence outputs (torchmetrics), and the result matrix R[j][i] as an Avalanche metric.
+"""The result matrix R[j][i] as an Avalanche plugin metric, and the state statistics of a run.
 
-Outputs are scored only where the labels say so: token streams ``out [B, T, V]`` against
-``y [B, T]`` with -100 where nothing is scored; ICL regression ``out [B, T, d]`` against
-``y [B, T, d]`` with NaN rows where nothing is scored. Classification ``out [B, C]`` against
-``y [B]`` also works (used to cross-check against Avalanche's own metrics).
+Scores themselves (the metric registry, the loss, SequenceScore) are in :mod:`strategies.scores`.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, List, Optional
 
-import ovq_cl.base.avalanche_compat  # noqa: F401  (torchmetrics imports torchvision too)
-import torch
-import torch.nn.functional as F
-import torchmetrics
+import ovq_cl.base.avalanche_compat  # noqa: F401  (before avalanche)
 from avalanche.evaluation import PluginMetric
 from avalanche.evaluation.metric_results import MetricValue
 from avalanche.evaluation.metric_utils import get_metric_name
 
-from ovq_cl.base import IGNORE, scored_mask
-HIGHER_IS_BETTER = {"accuracy": True, "mse": False, "bits_per_byte": False}
-
-
-def scored(out: torch.Tensor, y: torch.Tensor):
-    """The scored predictions and targets, flattened: ([n, V], [n]) or ([n, d], [n, d])."""
-    if y.is_floating_point() or out.dim() == y.dim() + 1:
-        mask = scored_mask(y)
-        return out[mask], y[mask]
-    raise ValueError(f"cannot score outputs {tuple(out.shape)} against labels {tuple(y.shape)}")
-
-
-def sequence_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over scored tokens (or classes), or MSE over scored regression targets."""
-    pred, target = scored(out, y)
-    if target.numel() == 0:
-        return out.sum() * 0.0
-    if target.is_floating_point():
-        return F.mse_loss(pred, target)
-    return F.cross_entropy(pred, target)
-
-
-class SequenceScore:
-    """update(out, y) / result() / reset() for one metric kind: accuracy, mse or bits_per_byte.
-
-    The mean is torchmetrics' (over every scored answer, as before). Beside it the score keeps, per
-    episode (one lane of a minibatch), the sum and the number of its answers, for a standard error that
-    respects that answers of one episode are not independent: the cluster-robust (episode-level) s.e.
-    of a ratio mean, ``sqrt(E / (E - 1) * sum_e (s_e - m n_e)^2) / N`` over E episodes with sums s_e,
-    counts n_e, N answers and mean m. With one answer per episode it is the usual s.e. of the mean
-    (for accuracy: the binomial ``sqrt(p (1 - p) / (N - 1))``).
-    """
-
-    def __init__(self, kind: str) -> None:
-        if kind not in HIGHER_IS_BETTER:
-            raise ValueError(f"unknown metric {kind!r}; known: {sorted(HIGHER_IS_BETTER)}")
-        self.kind = kind
-        self.reset()
-
-    def reset(self) -> None:
-        # the mean of per-answer values; for MSE that is torchmetrics' MeanSquaredError over every
-        # scored element, as every answer has the same number of output dims
-        self._metric = torchmetrics.MeanMetric()
-        self._episode_sums: List[torch.Tensor] = []
-        self._episode_counts: List[torch.Tensor] = []
-
-    def answer_values(self, out: torch.Tensor, y: torch.Tensor):
-        """(values [n], episode [n]): one value per scored answer (correct 0/1, squared error averaged over
-        the output dims, or bits) and the index (in the minibatch) of the episode it belongs to."""
-        out, y = out.detach().float().cpu(), y.detach().cpu()
-        lanes = torch.arange(y.shape[0]).view(-1, *([1] * (y.dim() - 1))).expand_as(y)
-        if y.is_floating_point():
-            lanes = lanes[..., 0]
-        pred, target = scored(out, y)
-        episode = lanes[scored_mask(y)] if target.numel() else lanes.reshape(-1)[:0]
-        if self.kind == "mse":
-            if not target.is_floating_point():
-                raise ValueError("metric 'mse' needs float targets [B, T, d]; token labels [B, T] (ICL with "
-                                 "encoding=tokens) must be mapped to values first")
-            values = (pred - target).pow(2).mean(-1)
-        elif self.kind == "accuracy":
-            values = (pred.argmax(-1) == target).float()
-        else:  # bits per byte: cross-entropy in bits of every scored byte
-            values = F.cross_entropy(pred, target, reduction="none") / math.log(2)
-        return values, episode
-
-    @torch.no_grad()
-    def update(self, out: torch.Tensor, y: torch.Tensor) -> None:
-        self.update_values(*self.answer_values(out, y), n_episodes=y.shape[0])
-
-    def update_values(self, values: torch.Tensor, episode: torch.Tensor, n_episodes: int) -> None:
-        if values.numel() == 0:
-            return
-        self._metric.update(values)
-        self._episode_sums.append(torch.zeros(n_episodes, dtype=torch.float64).index_add_(0, episode, values.double()))
-        self._episode_counts.append(torch.bincount(episode, minlength=n_episodes).double())
-
-    def result(self) -> float:
-        if self._metric.update_count == 0:
-            return math.nan
-        return float(self._metric.compute())
-
-    @property
-    def n_answers(self) -> int:
-        return int(sum(c.sum() for c in self._episode_counts))
-
-    @property
-    def n_episodes(self) -> int:
-        return int(sum(int((c > 0).sum()) for c in self._episode_counts))
-
-    def standard_error(self) -> float:
-        """Episode-clustered standard error of :meth:`result` (NaN with fewer than 2 scored episodes)."""
-        if not self._episode_counts:
-            return math.nan
-        sums, counts = torch.cat(self._episode_sums), torch.cat(self._episode_counts)
-        keep = counts > 0
-        sums, counts = sums[keep], counts[keep]
-        E, N = int(counts.numel()), float(counts.sum())
-        if E < 2:
-            return math.nan
-        m = float(sums.sum()) / N
-        return math.sqrt(E / (E - 1) * float((sums - m * counts).pow(2).sum())) / N
+from ovq_cl.base import scored_mask
+from strategies.scores import SequenceScore
 
 
 class ResultMatrix(PluginMetric[float]):

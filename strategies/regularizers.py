@@ -28,7 +28,7 @@ from avalanche.training.storage_policy import ExperienceBalancedBuffer, Reservoi
 from avalanche.training.utils import zerolike_params_dict
 
 from ovq_cl.base import IGNORE, collate_episodes
-from strategies.metrics import sequence_loss
+from strategies.scores import sequence_loss
 
 
 class SequenceEWCPlugin(EWCPlugin):

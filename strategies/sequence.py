@@ -23,7 +23,7 @@ import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.training.templates import SupervisedTemplate
 
 from ovq_cl.base import collate_episodes
-from strategies.metrics import sequence_loss
+from strategies.scores import sequence_loss
 
 
 class SequenceTemplate(SupervisedTemplate):

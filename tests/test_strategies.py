@@ -11,7 +11,7 @@ from avalanche.training.plugins import EvaluationPlugin
 
 from ovq_cl import DecoderLM, model_config
 from strategies.memory import PersistentMemoryPlugin
-from strategies.metrics import sequence_loss
+from strategies.scores import sequence_loss
 from strategies.meta import meta_train
 from strategies.metrics import ResultMatrix
 from strategies.regularizers import LanguageDistillationPlugin, SequenceEWCPlugin, SequenceReplayPlugin

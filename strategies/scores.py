@@ -1,0 +1,182 @@
+"""Scores of sequence outputs: the metric registry, the loss, and a running score with its error.
+
+Outputs are scored only where the labels say so: token streams ``out [B, T, V]`` against
+``y [B, T]`` with -100 where nothing is scored; ICL regression ``out [B, T, d]`` against
+``y [B, T, d]`` with NaN rows where nothing is scored. Classification ``out [B, C]`` against
+``y [B]`` also works (used to cross-check against Avalanche's own metrics).
+
+A metric is a :class:`MetricSpec` registered by name (``register_metric``): its value per scored answer,
+its direction, its perfect score, and its *chance* score (the best predictor that ignores the context,
+computed on the labels themselves; the learned gate measures skill against it). A stream names its
+metric in ``StreamInfo.metric``; a user's stream can name a user's metric.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, List
+
+import ovq_cl.base.avalanche_compat  # noqa: F401  (torchmetrics imports torchvision too)
+import torch
+import torch.nn.functional as F
+import torchmetrics
+
+from ovq_cl.base import Registry, scored_mask
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """values(pred, target) -> [n]: one value per scored answer (pred [n, V] logits or [n, d] values,
+    target [n] or [n, d]); the score is their mean. chance(target) -> the best context-free predictor's
+    score on those targets. perfect: the best possible score."""
+
+    values: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    chance: Callable[[torch.Tensor], float]
+    higher_is_better: bool
+    perfect: float
+    float_targets: bool = False
+
+
+METRICS: Registry[MetricSpec] = Registry("metric", "ovq_cl.metrics")
+
+
+def register_metric(name: str, spec: MetricSpec) -> MetricSpec:
+    return METRICS.register(name, spec)
+
+
+def _label_frequencies(target: torch.Tensor) -> torch.Tensor:
+    counts = torch.bincount(target.reshape(-1)).double()
+    return counts[counts > 0] / counts.sum()
+
+
+def _entropy_bits(target: torch.Tensor) -> float:
+    p = _label_frequencies(target)
+    return float(-(p * p.log2()).sum())
+
+
+register_metric("accuracy", MetricSpec(
+    values=lambda pred, target: (pred.argmax(-1) == target).float(),
+    chance=lambda target: float(_label_frequencies(target).max()),        # always the most frequent answer
+    higher_is_better=True, perfect=1.0))
+register_metric("mse", MetricSpec(
+    values=lambda pred, target: (pred - target).pow(2).mean(-1),           # per answer, mean over dims
+    chance=lambda target: float(target.double().var(0, unbiased=False).mean()),   # always the targets' mean
+    higher_is_better=False, perfect=0.0, float_targets=True))
+register_metric("bits_per_byte", MetricSpec(
+    values=lambda pred, target: F.cross_entropy(pred, target, reduction="none") / math.log(2),
+    chance=_entropy_bits,                                                   # a unigram model
+    higher_is_better=False, perfect=0.0))
+
+
+def higher_is_better(kind: str) -> bool:
+    return METRICS.get(kind).higher_is_better
+
+
+def chance_score(kind: str, y: torch.Tensor) -> float:
+    """The chance score of metric ``kind`` on labels y ([N, T] int with -100, or [N, T, d] float with NaN)."""
+    target = y[scored_mask(y)]
+    if target.numel() == 0:
+        return math.nan
+    return METRICS.get(kind).chance(target)
+
+
+def skill(kind: str, score: float, chance: float) -> float:
+    """(score - chance) / (perfect - chance): 0 at chance, 1 perfect, negative below chance; NaN if undefined."""
+    span = METRICS.get(kind).perfect - chance
+    if math.isnan(score) or math.isnan(chance) or span == 0:
+        return math.nan
+    return (score - chance) / span
+
+
+def scored(out: torch.Tensor, y: torch.Tensor):
+    """The scored predictions and targets, flattened: ([n, V], [n]) or ([n, d], [n, d])."""
+    if y.is_floating_point() or out.dim() == y.dim() + 1:
+        mask = scored_mask(y)
+        return out[mask], y[mask]
+    raise ValueError(f"cannot score outputs {tuple(out.shape)} against labels {tuple(y.shape)}")
+
+
+def sequence_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over scored tokens (or classes), or MSE over scored regression targets."""
+    pred, target = scored(out, y)
+    if target.numel() == 0:
+        return out.sum() * 0.0
+    if target.is_floating_point():
+        return F.mse_loss(pred, target)
+    return F.cross_entropy(pred, target)
+
+
+class SequenceScore:
+    """update(out, y) / result() / reset() for one registered metric (accuracy, mse, bits_per_byte, ...).
+
+    The mean is torchmetrics' (over every scored answer, as before). Beside it the score keeps, per
+    episode (one lane of a minibatch), the sum and the number of its answers, for a standard error that
+    respects that answers of one episode are not independent: the cluster-robust (episode-level) s.e.
+    of a ratio mean, ``sqrt(E / (E - 1) * sum_e (s_e - m n_e)^2) / N`` over E episodes with sums s_e,
+    counts n_e, N answers and mean m. With one answer per episode it is the usual s.e. of the mean
+    (for accuracy: the binomial ``sqrt(p (1 - p) / (N - 1))``).
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.spec = METRICS.get(kind)
+        self.kind = kind
+        self.reset()
+
+    def reset(self) -> None:
+        # the mean of per-answer values; for MSE that is torchmetrics' MeanSquaredError over every
+        # scored element, as every answer has the same number of output dims
+        self._metric = torchmetrics.MeanMetric()
+        self._episode_sums: List[torch.Tensor] = []
+        self._episode_counts: List[torch.Tensor] = []
+
+    def answer_values(self, out: torch.Tensor, y: torch.Tensor):
+        """(values [n], episode [n]): one value per scored answer (correct 0/1, squared error averaged over
+        the output dims, or bits) and the index (in the minibatch) of the episode it belongs to."""
+        out, y = out.detach().float().cpu(), y.detach().cpu()
+        lanes = torch.arange(y.shape[0]).view(-1, *([1] * (y.dim() - 1))).expand_as(y)
+        if y.is_floating_point():
+            lanes = lanes[..., 0]
+        pred, target = scored(out, y)
+        episode = lanes[scored_mask(y)] if target.numel() else lanes.reshape(-1)[:0]
+        if self.spec.float_targets != target.is_floating_point():
+            raise ValueError(f"metric {self.kind!r} needs {'float' if self.spec.float_targets else 'integer'} "
+                             f"targets, got {target.dtype} (ICL with encoding=tokens scores token labels: "
+                             "map them to values first)")
+        return self.spec.values(pred, target), episode
+
+    @torch.no_grad()
+    def update(self, out: torch.Tensor, y: torch.Tensor) -> None:
+        self.update_values(*self.answer_values(out, y), n_episodes=y.shape[0])
+
+    def update_values(self, values: torch.Tensor, episode: torch.Tensor, n_episodes: int) -> None:
+        if values.numel() == 0:
+            return
+        self._metric.update(values)
+        self._episode_sums.append(torch.zeros(n_episodes, dtype=torch.float64).index_add_(0, episode, values.double()))
+        self._episode_counts.append(torch.bincount(episode, minlength=n_episodes).double())
+
+    def result(self) -> float:
+        if self._metric.update_count == 0:
+            return math.nan
+        return float(self._metric.compute())
+
+    @property
+    def n_answers(self) -> int:
+        return int(sum(c.sum() for c in self._episode_counts))
+
+    @property
+    def n_episodes(self) -> int:
+        return int(sum(int((c > 0).sum()) for c in self._episode_counts))
+
+    def standard_error(self) -> float:
+        """Episode-clustered standard error of :meth:`result` (NaN with fewer than 2 scored episodes)."""
+        if not self._episode_counts:
+            return math.nan
+        sums, counts = torch.cat(self._episode_sums), torch.cat(self._episode_counts)
+        keep = counts > 0
+        sums, counts = sums[keep], counts[keep]
+        E, N = int(counts.numel()), float(counts.sum())
+        if E < 2:
+            return math.nan
+        m = float(sums.sum()) / N
+        return math.sqrt(E / (E - 1) * float((sums - m * counts).pow(2).sum())) / N
