@@ -104,16 +104,20 @@ class RunConfig:
         if self.memory.policy not in POLICIES:
             raise ValueError(f"run config: memory.policy must be one of {POLICIES}, got {self.memory.policy!r}")
         self.model = self.model.resolved()
+        from streams import check_stream_options
+
+        check_stream_options(self.stream.name, self.stream.options)
         if self.gate.episodes < 1 or self.gate.batch_size < 1:
             raise ValueError(f"run config: gate.episodes and gate.batch_size must be >= 1, got "
                              f"{self.gate.episodes}, {self.gate.batch_size}")
         return self
 
     @property
-    def data_seed(self) -> int:
+    def data_seed(self) -> Optional[int]:
         """The seed of the stream's data: ``stream.options.seed`` (set from ``seed`` by :func:`run_config`
-        unless given explicitly)."""
-        return int(self.stream.options.get("seed", self.seed))
+        unless given explicitly); None for a stream whose options have no seed."""
+        seed = self.stream.options.get("seed")
+        return None if seed is None else int(seed)
 
     def to_dict(self) -> Dict[str, Any]:
         return OmegaConf.to_container(OmegaConf.structured(self), resolve=True)
@@ -157,7 +161,12 @@ def with_data_seed(cfg: RunConfig) -> RunConfig:
     defaults to ``seed``, so ``seed=1`` changes the facts, episodes and meta-training set as well as the
     initialisation (every stream's ``meta_seed`` defaults to its ``seed``). Pin
     ``stream.options.seed`` to vary the model seed alone, or set both to vary them separately."""
-    if "seed" not in cfg.stream.options:
+    import dataclasses
+
+    from streams import STREAMS
+
+    has_seed = "seed" in {f.name for f in dataclasses.fields(STREAMS.get(cfg.stream.name).options_type)}
+    if has_seed and "seed" not in cfg.stream.options:
         cfg.stream.options = {**cfg.stream.options, "seed": cfg.seed}
     return cfg
 

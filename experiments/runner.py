@@ -44,7 +44,7 @@ from strategies.metrics import ResultMatrix
 from strategies.scores import higher_is_better
 from strategies.regularizers import LanguageDistillationPlugin, SequenceEWCPlugin, SequenceReplayPlugin
 from strategies.sequence import FrozenWeights, SequenceTemplate
-from streams import BENCHMARKS
+from streams import stream_benchmark
 from streams.common import held_out, stack_items
 
 
@@ -262,7 +262,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     cfg = with_data_seed(cfg.check())
     started = time.perf_counter()
     seed_everything(cfg.seed)
-    bench = BENCHMARKS[cfg.stream.name](cfg.stream.options)
+    bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
     info = bench.info
     K, metric = info.n_experiences, info.metric
     higher = higher_is_better(metric)

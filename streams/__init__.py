@@ -2,13 +2,16 @@
 from streams.common import IGNORE, EpisodeDataset, StreamData, StreamInfo, scored_mask, stack_items, to_benchmark
 from streams.icl import ICLConfig, ICLInfo, icl_benchmark, icl_config, icl_data
 from streams.icr import ICRConfig, ICRInfo, icr_benchmark, icr_config, icr_data
+from streams.registry import STREAMS, check_stream_options, register_stream, stream_benchmark, stream_data
 from streams.text import TextConfig, TextDomain, TextInfo, text_benchmark, text_config, text_data
 
-BENCHMARKS = {"icr": icr_benchmark, "icl": icl_benchmark, "text": text_benchmark}
+register_stream("icr", icr_data, ICRConfig)
+register_stream("icl", icl_data, ICLConfig)
+register_stream("text", text_data, TextConfig)
 
 __all__ = [
-    "BENCHMARKS", "EpisodeDataset", "ICLConfig", "ICLInfo", "ICRConfig", "ICRInfo", "IGNORE", "StreamData",
-    "StreamInfo", "TextConfig", "TextDomain", "TextInfo", "icl_benchmark", "icl_config", "icl_data",
-    "icr_benchmark", "icr_config", "icr_data", "scored_mask", "stack_items", "text_benchmark", "text_config",
-    "text_data", "to_benchmark",
+    "EpisodeDataset", "ICLConfig", "ICLInfo", "ICRConfig", "ICRInfo", "IGNORE", "STREAMS", "StreamData",
+    "StreamInfo", "TextConfig", "TextDomain", "TextInfo", "check_stream_options", "icl_benchmark", "icl_config",
+    "icl_data", "icr_benchmark", "icr_config", "icr_data", "register_stream", "scored_mask", "stack_items",
+    "stream_benchmark", "stream_data", "text_benchmark", "text_config", "text_data", "to_benchmark",
 ]

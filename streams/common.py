@@ -20,16 +20,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, Optional, Tuple
 
+import zlib
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from ovq_cl.base import IGNORE, scored_mask, validate
 
-# First entropy word of every random stream, so that two streams (or two purposes) with the same
-# seed never share random numbers.
+# First entropy words of every random stream, so that two streams (or two purposes) with the same
+# seed never share random numbers. Built-in streams keep their small tags (their data must not change);
+# any other name (a user's stream, a user's purpose) is tagged by a hash of the name.
 STREAM_TAGS = {"icr": 1, "icl": 2, "text": 3}
 PURPOSE_TAGS = {"world": 0, "train": 1, "test": 2, "meta": 3, "split": 4}
+
+
+def _tag(name: str, known: dict) -> int:
+    return known[name] if name in known else 1000 + zlib.crc32(name.encode("utf-8"))
 
 
 def seeded_rng(stream: str, purpose: str, seed: int, *index: int) -> np.random.Generator:
@@ -38,7 +45,7 @@ def seeded_rng(stream: str, purpose: str, seed: int, *index: int) -> np.random.G
     A pure function of its arguments: the same tuple gives the same numbers in any process, in any
     order of calls, and different tuples give independent numbers.
     """
-    entropy = [STREAM_TAGS[stream], PURPOSE_TAGS[purpose], int(seed), *(int(i) for i in index)]
+    entropy = [_tag(stream, STREAM_TAGS), _tag(purpose, PURPOSE_TAGS), int(seed), *(int(i) for i in index)]
     return np.random.default_rng(np.random.SeedSequence(entropy))
 
 

@@ -14,7 +14,7 @@ from avalanche.core import SupervisedPlugin
 from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.supervised import Naive
 
-from streams import BENCHMARKS, IGNORE, scored_mask, stack_items
+from streams import IGNORE, scored_mask, stack_items, stream_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,7 +66,7 @@ class Record(SupervisedPlugin):
 @pytest.mark.filterwarnings("ignore:No loggers specified")
 @pytest.mark.parametrize("name", list(TINY))
 def test_benchmark_plugs_into_a_naive_run(name):
-    bench = BENCHMARKS[name.split("-")[0]](TINY[name])
+    bench = stream_benchmark(name.split("-")[0], TINY[name])
     info = bench.info
     assert len(bench.train_stream) == len(bench.test_stream) == info.n_experiences == 2
     for stream in (bench.train_stream, bench.test_stream):
@@ -97,7 +97,7 @@ def test_benchmark_plugs_into_a_naive_run(name):
 
 def test_episode_datasets_pickle():
     for name in ("icr", "icl", "text"):
-        data = BENCHMARKS[name](TINY[name])
+        data = stream_benchmark(name, TINY[name])
         ds = data.train_stream[0].dataset
         again = pickle.loads(pickle.dumps(ds))
         assert all(torch.equal(a.nan_to_num(0), b.nan_to_num(0)) for a, b in zip(ds[3][:2], again[3][:2]))
@@ -134,6 +134,6 @@ def test_same_tensors_in_another_process():
 
 
 def test_stack_items_shapes():
-    data = BENCHMARKS["icr"](TINY["icr"])
+    data = stream_benchmark("icr", TINY["icr"])
     x, y = stack_items(data.test_stream[1].dataset)
     assert x.shape == y.shape == (4, data.info.test_seq_len)
