@@ -18,9 +18,6 @@ from omegaconf.errors import OmegaConfBaseException
 from ovq_cl.base import validate
 from ovq_cl.config import ModelConfig, check_moved_keys
 
-STRATEGIES = ("naive", "frozen", "ewc", "replay", "lwf")
-
-
 @dataclass
 class StreamSection:
     name: str = "icr"                      # icr | icl | text
@@ -29,19 +26,12 @@ class StreamSection:
 
 @dataclass
 class StrategySection:
-    name: str = "frozen"                   # naive | frozen | ewc | replay | lwf
+    name: str = "frozen"                   # a registered strategy: frozen | naive | ewc | replay | lwf | yours
     lr: float = 1e-3
     train_mb_size: int = 8                 # lanes: lane b of minibatch m+1 continues lane b of minibatch m
     epochs: int = 1
     grad_clip: Optional[float] = 1.0
-    ewc_lambda: float = 100.0
-    ewc_mode: str = "separate"             # separate | online
-    ewc_decay: Optional[float] = None      # online EWC decay factor
-    replay_mem_size: int = 64
-    replay_policy: str = "balanced"        # balanced | reservoir
-    lwf_alpha: float = 1.0
-    lwf_temperature: float = 2.0
-    lwf_positions: str = "all"             # all | scored
+    options: Dict[str, Any] = field(default_factory=dict)   # the strategy's own options (its dataclass)
 
 
 @dataclass
@@ -95,8 +85,15 @@ class RunConfig:
     progress: bool = False
 
     def check(self) -> "RunConfig":
+        """Validates every section against its registry and fills the options in (a ValueError naming the
+        first bad key): mixers, stream, strategy. Nothing runs before this passes."""
+        import dataclasses as dc
+
+        from strategies.registry import STRATEGIES, strategy_options
+
         if self.strategy.name not in STRATEGIES:
-            raise ValueError(f"run config: strategy.name must be one of {STRATEGIES}, got {self.strategy.name!r}")
+            raise ValueError(f"run config: unknown strategy {self.strategy.name!r}; known: {STRATEGIES.names()}")
+        self.strategy.options = dc.asdict(strategy_options(self.strategy.name, self.strategy.options))
         if self.strategy.train_mb_size < 1:
             raise ValueError(f"run config: strategy.train_mb_size must be >= 1, got {self.strategy.train_mb_size}")
         from strategies.memory import POLICIES
@@ -148,9 +145,18 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None) -> RunCo
         user = OmegaConf.merge(OmegaConf.create(user or {}), extra)
     if user is not None and hasattr(user, "get") and user.get("model") is not None:
         check_moved_keys(user.get("model"))
+    if user is not None and hasattr(user, "get") and hasattr(user.get("strategy"), "keys"):
+        moved = {k: v for k, v in MOVED_STRATEGY_KEYS.items() if k in user.get("strategy").keys()}
+        if moved:
+            raise ValueError("run config: strategy options live under strategy.options now: "
+                             + ", ".join(f"strategy.{k} -> strategy.options.{v}" for k, v in moved.items()))
     cfg = validate(RunConfig, user, "run config").check()
     return with_data_seed(cfg)
 
+
+MOVED_STRATEGY_KEYS = {"ewc_lambda": "ewc_lambda", "ewc_mode": "mode", "ewc_decay": "decay_factor",
+                       "replay_mem_size": "mem_size", "replay_policy": "policy", "lwf_alpha": "alpha",
+                       "lwf_temperature": "temperature", "lwf_positions": "positions"}
 
 SEED_KEYS = ("seed", "stream.options.seed", "stream.options.meta_seed")
 """Config keys that are seeds: runs that differ only in these are replicates of one configuration."""
@@ -175,4 +181,4 @@ def as_yaml(cfg: RunConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
-__all__ = ["RunConfig", "SEED_KEYS", "STRATEGIES", "as_yaml", "run_config", "with_data_seed"]
+__all__ = ["RunConfig", "SEED_KEYS", "as_yaml", "run_config", "with_data_seed"]

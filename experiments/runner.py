@@ -1,24 +1,18 @@
-"""One run of the experiment: meta-training, then the stream, evaluated after every experience.
+"""One run of the experiment: meta-training and the learned gate, then the stream, evaluated after
+every experience (``docs/design.md``, section 5).
 
     cfg = run_config("experiments/configs/icr_frozen.yaml", ["model.layers=[ovq]", "seed=1"])
-    result = run(cfg)          # RunResult: the matrix R, the summary, the MLflow run id, ...
+    result = run(cfg)          # RunResult: the matrix R, the summaries, the gates, the MLflow run id, ...
 
-Phases (``docs/design.md``, section 5):
-1. meta-training on the stream's own meta-training set, fresh state per episode; then the learned gate
-   (``strategies.gate``) on held-out episodes from a fresh state;
-2. the stream: for every experience j, train (or, with ``frozen``, only stream) through the model with
-   the memory policy, then evaluate every experience i from a copy of the carried state -> R[j][i];
-3. after every experience: metrics to MLflow (step = j) and a checkpoint (weights, optimizer,
-   memory, metrics, RNG) from which the run resumes if it is started again with the same config;
-4. at the end: both forgetting definitions, the stream gate, and (streams whose facts change) R_current.
-
-``seed`` seeds the data too unless ``stream.options.seed`` is set (``experiments.config.with_data_seed``).
+:func:`run` reads as the protocol: start (meta-train, gate) or resume (from the last checkpoint of the
+same config), then for every experience j: train (or, with ``frozen``, only stream) through the model
+with the memory policy, evaluate every experience i from a copy of the carried state (R[j][i]), log,
+checkpoint. At the end: both forgetting definitions, the stream gate, and (streams whose facts change)
+the same scored against the facts in force. ``seed`` seeds the data too unless
+``stream.options.seed`` is set (``experiments.config.with_data_seed``).
 """
 from __future__ import annotations
 
-import copy
-import csv
-import io
 import math
 import os
 import random
@@ -32,18 +26,18 @@ import torch
 import ovq_cl.base.avalanche_compat  # noqa: F401  (before avalanche)
 from avalanche.training.plugins import EvaluationPlugin
 
+from experiments.artifacts import forgetting_plot, matrix_csv
 from experiments.config import RunConfig, with_data_seed
 from ovq_cl import DecoderLM, RegressionLM
 from ovq_cl.config import model_config
 from strategies import forgetting
 from strategies.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
 from strategies.gate import GateResult, measure_gate, stream_gate
-from strategies.memory import PersistentMemoryPlugin
 from strategies.meta import meta_train
-from strategies.metrics import ResultMatrix
+from strategies.metrics import ResultMatrix, n_parameters, state_metrics
+from strategies.plugins import load_plugin_states, plugin_states
+from strategies.registry import build_strategy
 from strategies.scores import higher_is_better
-from strategies.regularizers import LanguageDistillationPlugin, SequenceEWCPlugin, SequenceReplayPlugin
-from strategies.sequence import FrozenWeights, SequenceTemplate
 from streams import stream_benchmark
 from streams.common import held_out, stack_items
 
@@ -106,6 +100,52 @@ def combined_gate(*flags: Optional[bool]) -> Optional[bool]:
     return all(measured)
 
 
+@dataclass
+class Session:
+    """What a run carries from experience to experience (and what a checkpoint restores)."""
+
+    model: torch.nn.Module
+    strategy: Any
+    optimizer: Optional[torch.optim.Optimizer]
+    results: ResultMatrix
+    next_experience: int = 0
+    tokens_after: List[int] = field(default_factory=list)
+    meta_history: List[Dict[str, float]] = field(default_factory=list)
+    gate: Dict[str, Any] = field(default_factory=dict)
+
+
+def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optional[int] = None) -> RunResult:
+    """Runs (or resumes) one configuration. ``stop_after=j`` stops after experience j (tests, debugging)."""
+    cfg = with_data_seed(cfg.check())
+    started = time.perf_counter()
+    seed_everything(cfg.seed)
+    bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
+    ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}", "last.pt")
+    ckpt = load_checkpoint(ckpt_path) if cfg.checkpoint.enabled and cfg.checkpoint.resume and os.path.exists(ckpt_path) else None
+    tracker = _tracker(cfg, parent_run_id, None if ckpt is None else ckpt["extra"].get("run_id")) or _NullTracker()
+    with tracker:
+        tracker.log_config(cfg)
+        session = _new_session(cfg, bench, tracker)
+        if ckpt is None:
+            _start(cfg, session, bench, tracker)
+        else:
+            _resume(session, ckpt, tracker)
+        for j in range(session.next_experience, bench.info.n_experiences):
+            session.strategy.train(bench.train_stream[j])
+            session.tokens_after.append(session.strategy.tokens_streamed)
+            session.strategy.eval(bench.test_stream)
+            tracker.log_metrics(_experience_metrics(session, j, bench.info.metric), step=j)
+            session.next_experience = j + 1
+            if cfg.checkpoint.enabled:
+                _save(ckpt_path, session, tracker)
+            if stop_after is not None and stop_after <= j < bench.info.n_experiences - 1:
+                raise KeyboardInterrupt(f"stopped after experience {j} (stop_after)")
+        return _finish(cfg, session, bench, tracker, ckpt_path, time.perf_counter() - started)
+
+
+# ------------------------------------------------------------------------------------ the phases
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -121,98 +161,144 @@ def build_model(cfg: RunConfig, info) -> torch.nn.Module:
     return RegressionLM(model_config(user), d_in=info.d_in, d_out=info.d_out)
 
 
-def build_strategy(cfg: RunConfig, model, evaluator, seed: int):
+def _new_session(cfg: RunConfig, bench, tracker) -> Session:
+    info = bench.info
+    model = build_model(cfg, info)
+    results = ResultMatrix(info.metric, info.n_experiences,
+                           labels_in_force=info.labels_in_force if info.facts_change else None)
+    evaluator = EvaluationPlugin(results, loggers=_loggers(tracker))
     s = cfg.strategy
-    plugins = [PersistentMemoryPlugin(cfg.memory.policy)]
-    common = dict(train_mb_size=s.train_mb_size, train_epochs=s.epochs, evaluator=evaluator, plugins=plugins)
-    if s.name == "frozen":
-        return FrozenWeights(model=model, **common), None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
-    if s.name == "ewc":
-        plugins.append(SequenceEWCPlugin(ewc_lambda=s.ewc_lambda, mode=s.ewc_mode, decay_factor=s.ewc_decay))
-    elif s.name == "replay":
-        plugins.append(SequenceReplayPlugin(mem_size=s.replay_mem_size, policy=s.replay_policy, seed=seed))
-    elif s.name == "lwf":
-        plugins.append(LanguageDistillationPlugin(s.lwf_alpha, s.lwf_temperature, s.lwf_positions))
-    return SequenceTemplate(model=model, optimizer=optimizer, grad_clip=s.grad_clip, **common), optimizer
+    strategy, optimizer = build_strategy(
+        s.name, s.options, model=model, memory_policy=cfg.memory.policy, lr=s.lr, train_mb_size=s.train_mb_size,
+        epochs=s.epochs, grad_clip=s.grad_clip, evaluator=evaluator, seed=cfg.seed)
+    return Session(model, strategy, optimizer, results)
 
 
-def _plugin_state(strategy) -> Dict[str, Any]:
-    """What the regularisers need to resume: EWC importances, the replay buffer, LwF's old model."""
-    out: Dict[str, Any] = {}
-    for p in strategy.plugins:
-        if isinstance(p, SequenceEWCPlugin):
-            out["ewc"] = {"saved_params": dict(p.saved_params), "importances": dict(p.importances)}
-        elif isinstance(p, SequenceReplayPlugin):
-            out["replay"] = p.storage
-        elif isinstance(p, LanguageDistillationPlugin) and p.old_model is not None:
-            out["lwf"] = p.old_model.state_dict()
-    return out
+def _start(cfg: RunConfig, session: Session, bench, tracker) -> None:
+    """Phase 1: meta-training (fresh state per episode), then the learned gate on held-out episodes."""
+    metric = bench.info.metric
+    tracker.set_tags({"metric": metric, **{f"metric_definition.{k}": v for k, v in forgetting.DEFINITIONS.items()}})
+    tracker.log_dict({"metric": metric, "higher_is_better": higher_is_better(metric),
+                      "definitions": forgetting.DEFINITIONS}, "metric_definitions.json")
+    session.meta_history = meta_train(
+        session.model, bench.meta_train, steps=cfg.meta_train.steps, batch_size=cfg.meta_train.batch_size,
+        lr=cfg.meta_train.lr, metric=metric, seed=cfg.seed, progress=cfg.progress, log=tracker.log_metrics)
+    if session.meta_history:
+        tracker.log_metrics({"meta_train/final_loss": session.meta_history[-1]["loss"]}, step=0)
+    source = getattr(bench, "meta_train_episodes", None)
+    gate = measure_gate(session.model, None if source is None else held_out(source, cfg.gate.episodes), metric,
+                        cfg.gate.min_skill, cfg.gate.batch_size)
+    session.gate = gate.as_dict()
+    tracker.log_metrics({"model/parameters": n_parameters(session.model),
+                         **{f"gate/{k}": float(v) for k, v in session.gate.items() if v is not None and k != "learned"}},
+                        step=0)
+    tracker.set_tags({"learned": _gate_tag(gate.learned)})
 
 
-def _load_plugin_state(strategy, state: Dict[str, Any]) -> None:
-    for p in strategy.plugins:
-        if isinstance(p, SequenceEWCPlugin) and "ewc" in state:
-            p.saved_params.update(state["ewc"]["saved_params"])
-            p.importances.update(state["ewc"]["importances"])
-        elif isinstance(p, SequenceReplayPlugin) and "replay" in state:
-            p.storage = state["replay"]
-        elif isinstance(p, LanguageDistillationPlugin) and "lwf" in state:
-            p.old_model = copy.deepcopy(strategy.model).eval()
-            p.old_model.load_state_dict(state["lwf"])
-            for q in p.old_model.parameters():
-                q.requires_grad_(False)
+def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
+    """Restores weights, optimizer, carried memory, metrics, plugin states and RNG from a checkpoint."""
+    session.model.load_state_dict(ckpt["model"])
+    if session.optimizer is not None and ckpt["optimizer"] is not None:
+        session.optimizer.load_state_dict(ckpt["optimizer"])
+    if ckpt["states"] is not None:
+        session.strategy.states = session.model.states_from_state_dicts(ckpt["states"])
+    session.results.load_state_dict(ckpt["metrics"]["results"])
+    session.tokens_after = list(ckpt["metrics"]["tokens_after"])
+    session.meta_history = list(ckpt["metrics"].get("meta_history", []))
+    session.gate = dict(ckpt["metrics"].get("gate", {}))
+    session.strategy.tokens_streamed = session.tokens_after[-1] if session.tokens_after else 0
+    load_plugin_states(session.strategy.plugins, ckpt["extra"].get("plugins", {}))
+    set_rng_state(ckpt["rng"])
+    session.next_experience = ckpt["next_experience"]
+    tracker.set_tags({"resumed_at_experience": session.next_experience})
 
 
-def n_parameters(model: torch.nn.Module) -> int:
-    """Trainable and frozen parameters, each tensor counted once (tied weights once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+def _save(path: str, session: Session, tracker) -> None:
+    save_checkpoint(
+        path, model=session.model, optimizer=session.optimizer, states=session.strategy.states,
+        next_experience=session.next_experience,
+        metrics={"results": session.results.state_dict(), "tokens_after": session.tokens_after,
+                 "meta_history": session.meta_history, "gate": session.gate},
+        extra={"run_id": tracker.run_id, "plugins": plugin_states(session.strategy.plugins)},
+    )
 
 
-def state_metrics(model, states) -> Dict[str, float]:
-    """State bytes per layer and lane, and mixer statistics (OVQ active slots, count entropy)."""
-    out: Dict[str, float] = {}
-    if states is None:
-        return out
-    for layer, (mixer, state) in enumerate(zip(model.mixers, states)):
-        if state is None:
-            continue
-        lanes = max(1, int(next((t.shape[0] for t in state.state_dict().values() if t.dim() > 0), 1)))
-        out[f"state_bytes/layer{layer}"] = state.nbytes / lanes
-        for key, value in mixer.state_stats(state.mixer).items():
-            out[f"{key}/layer{layer}"] = value
-    return out
+def _experience_metrics(session: Session, j: int, metric: str) -> Dict[str, float]:
+    """What is logged after experience j (step j): row j of R and its errors, the summaries so far,
+    the same against the facts in force, the learning score, tokens, state bytes and statistics."""
+    results, higher = session.results, higher_is_better(metric)
+    row = {f"R/eval_{i}": v for i, v in enumerate(results.R[j]) if v is not None}
+    row.update({f"R_se/eval_{i}": v for i, v in enumerate(results.R_se[j]) if v is not None and not math.isnan(v)})
+    row.update(_prefixed(forgetting.summary(results.R[: j + 1], higher), "stream"))
+    if results.labels_in_force is not None:
+        row.update({f"R_current/eval_{i}": v for i, v in enumerate(results.R_current[j]) if v is not None})
+        row.update(_prefixed(forgetting.summary(results.R_current[: j + 1], higher), "stream_current"))
+        row.update(_prefixed(results.changed_fractions(j), "current"))
+    row["stream/learning_score"] = results.R[j][j]
+    row["stream/tokens_per_lane"] = session.strategy.tokens_streamed
+    row.update(state_metrics(session.model, session.strategy.states))
+    return row
 
 
-def matrix_csv(R) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["trained_on"] + [f"eval_{i}" for i in range(len(R))])
-    for j, row in enumerate(R):
-        writer.writerow([j] + ["" if v is None else f"{v:.6g}" for v in row])
-    return buf.getvalue()
-
-
-def forgetting_plot(R, tokens_after, metric: str, title: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
+def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wall_seconds: float) -> RunResult:
+    """The summaries, the stream gate, the result's artifacts (CSV, JSON, plot)."""
+    metric, results = bench.info.metric, session.results
+    higher = higher_is_better(metric)
+    summary = forgetting.summary(results.R, higher)
+    current, summary_current = None, {}
+    if results.labels_in_force is not None:
+        current = {m: getattr(results, m) for m in ("R_current", "R_current_se", "updated", "stale", "changed")}
+        summary_current = forgetting.summary(results.R_current, higher)
+        last = results.changed_fractions(len(results.R) - 1)
+        summary_current.update({k: v for k, v in last.items() if k != "changed_answers"})
+    _, test_labels = _test_items(bench)
+    s_gate = stream_gate(summary["learning_average"], test_labels, metric, cfg.gate.min_stream_skill).as_dict()
+    learned = combined_gate(session.gate.get("learned"), s_gate["learned"])
+    tracker.set_tags({"learned_on_stream": _gate_tag(s_gate["learned"]), "learned_overall": _gate_tag(learned)})
+    final = _prefixed(summary, "final")
+    final.update(_prefixed(summary_current, "final_current"))
+    final.update({f"stream_gate/{k}": float(v) for k, v in s_gate.items() if v is not None and k != "learned"})
+    tracker.log_metrics(final, step=len(results.R) - 1)
+    tracker.log_text(matrix_csv(results.R), "result_matrix.csv")
+    per_lane = state_metrics(session.model, session.strategy.states)
+    result = RunResult(
+        cfg, metric, results.R, summary, session.tokens_after,
+        [0 if s is None else int(s.nbytes) for s in (session.strategy.states or [])],
+        tracker.run_id, ckpt_path if cfg.checkpoint.enabled else None, session.meta_history,
+        R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=session.gate,
+        stream_gate=s_gate, parameters=n_parameters(session.model),
+        state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
+        wall_seconds=wall_seconds,
+    )
+    record = result.record()
+    record["forgetting_curve"] = forgetting.forgetting_curve(results.R, session.tokens_after)
+    record["definitions"] = forgetting.DEFINITIONS
+    tracker.log_dict(record, "results.json")
+    fig = forgetting_plot(results.R, session.tokens_after, metric,
+                          cfg.label() + ("" if learned is not False else "  [NOT LEARNED]"))
+    tracker.log_figure(fig, "forgetting_curve.png")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for row in range(len(R)):
-        js = [j for j in range(row, len(R)) if R[j][row] is not None]
-        axes[0].plot(js, [R[j][row] for j in js], marker="o", label=f"exp {row}")
-        axes[1].plot([tokens_after[j] - tokens_after[row] for j in js], [R[j][row] for j in js], marker="o")
-    axes[0].set_xlabel("after training experience j")
-    axes[1].set_xlabel("tokens streamed per lane since the experience ended")
-    for ax in axes:
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    plt.close(fig)
+    return result
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _prefixed(values: Dict[str, float], prefix: str) -> Dict[str, float]:
+    """``{prefix}/{name}`` for the numbers that are defined (NaN dropped)."""
+    return {f"{prefix}/{k}": v for k, v in values.items() if v is not None and not math.isnan(v)}
+
+
+def _gate_tag(flag: Optional[bool]) -> str:
+    return "unmeasured" if flag is None else str(bool(flag)).lower()
+
+
+def _test_items(bench):
+    """Every test item of the stream, stacked: (x [N, T...], y [N, T...])."""
+    xs, ys = zip(*(stack_items(exp.dataset) for exp in bench.test_stream))
+    return torch.cat(xs), torch.cat(ys)
 
 
 def _tracker(cfg: RunConfig, parent_run_id: Optional[str], run_id: Optional[str]):
@@ -238,159 +324,6 @@ class _NullTracker:
 
     def __getattr__(self, name):
         return lambda *a, **k: None
-
-
-def _summaries(R, higher: bool, prefix: str) -> Dict[str, float]:
-    """``{prefix}/{name}`` for the summary numbers of R (rows measured so far), NaNs dropped."""
-    values = forgetting.summary(R, higher)
-    return {f"{prefix}/{k}": v for k, v in values.items() if v is not None and not math.isnan(v)}
-
-
-def _changed_fractions(results: ResultMatrix, j: int) -> Dict[str, float]:
-    """Over the cells of row j, the share of answers whose fact changed since they were learned that the
-    model gave with the new value (updated) or the old one (stale)."""
-    n = sum(results.changed[j][i] or 0 for i in range(j + 1))
-    if not n:
-        return {}
-    up = sum((results.updated[j][i] or 0) * (results.changed[j][i] or 0) for i in range(j + 1))
-    st = sum((results.stale[j][i] or 0) * (results.changed[j][i] or 0) for i in range(j + 1))
-    return {"current/changed_answers": n, "current/updated_fraction": up / n, "current/stale_fraction": st / n}
-
-
-def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optional[int] = None) -> RunResult:
-    """Runs (or resumes) one configuration. ``stop_after=j`` stops after experience j (tests, debugging)."""
-    cfg = with_data_seed(cfg.check())
-    started = time.perf_counter()
-    seed_everything(cfg.seed)
-    bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
-    info = bench.info
-    K, metric = info.n_experiences, info.metric
-    higher = higher_is_better(metric)
-    model = build_model(cfg, info)
-    ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}", "last.pt")
-    ckpt = None
-    if cfg.checkpoint.enabled and cfg.checkpoint.resume and os.path.exists(ckpt_path):
-        ckpt = load_checkpoint(ckpt_path)
-    tracker = _tracker(cfg, parent_run_id, None if ckpt is None else ckpt["extra"].get("run_id")) or _NullTracker()
-    with tracker:
-        tracker.log_config(cfg)
-        if ckpt is None:
-            tracker.set_tags({"metric": metric, **{f"metric_definition.{k}": v for k, v in forgetting.DEFINITIONS.items()}})
-            tracker.log_dict({"metric": metric, "higher_is_better": higher, "definitions": forgetting.DEFINITIONS},
-                             "metric_definitions.json")
-        relabel = info.labels_in_force if info.facts_change else None
-        results = ResultMatrix(metric, K, labels_in_force=relabel)
-        evaluator = EvaluationPlugin(results, loggers=_loggers(tracker))
-        parameters = n_parameters(model)
-        meta_history: List[Dict[str, float]] = []
-        gate: Dict[str, Any] = {}
-        if ckpt is None:
-            meta_history = meta_train(
-                model, bench.meta_train, steps=cfg.meta_train.steps, batch_size=cfg.meta_train.batch_size,
-                lr=cfg.meta_train.lr, metric=metric, seed=cfg.seed, progress=cfg.progress, log=tracker.log_metrics,
-            )
-            if meta_history:
-                tracker.log_metrics({"meta_train/final_loss": meta_history[-1]["loss"]}, step=0)
-            gate = _measure_gate(cfg, model, bench, metric).as_dict()
-            tracker.log_metrics({"model/parameters": parameters, **{f"gate/{k}": float(v) for k, v in gate.items()
-                                                                   if v is not None and k != "learned"}}, step=0)
-            tracker.set_tags({"learned": _gate_tag(gate.get("learned"))})
-        strategy, optimizer = build_strategy(cfg, model, evaluator, cfg.seed)
-        tokens_after: List[int] = []
-        start = 0
-        if ckpt is not None:
-            model.load_state_dict(ckpt["model"])
-            if optimizer is not None and ckpt["optimizer"] is not None:
-                optimizer.load_state_dict(ckpt["optimizer"])
-            if ckpt["states"] is not None:
-                strategy.states = model.states_from_state_dicts(ckpt["states"])
-            results.load_state_dict(ckpt["metrics"]["results"])
-            tokens_after = list(ckpt["metrics"]["tokens_after"])
-            meta_history = list(ckpt["metrics"].get("meta_history", []))
-            gate = dict(ckpt["metrics"].get("gate", {}))
-            strategy.tokens_streamed = tokens_after[-1] if tokens_after else 0
-            _load_plugin_state(strategy, ckpt["extra"].get("plugins", {}))
-            set_rng_state(ckpt["rng"])
-            start = ckpt["next_experience"]
-            tracker.set_tags({"resumed_at_experience": start})
-        for j in range(start, K):
-            strategy.train(bench.train_stream[j])
-            tokens_after.append(strategy.tokens_streamed)
-            strategy.eval(bench.test_stream)
-            row = {f"R/eval_{i}": v for i, v in enumerate(results.R[j]) if v is not None}
-            row.update({f"R_se/eval_{i}": v for i, v in enumerate(results.R_se[j]) if v is not None and not math.isnan(v)})
-            row.update(_summaries(results.R[: j + 1], higher, "stream"))
-            if relabel is not None:
-                row.update({f"R_current/eval_{i}": v for i, v in enumerate(results.R_current[j]) if v is not None})
-                row.update(_summaries(results.R_current[: j + 1], higher, "stream_current"))
-                row.update(_changed_fractions(results, j))
-            row["stream/learning_score"] = results.R[j][j]
-            row["stream/tokens_per_lane"] = strategy.tokens_streamed
-            row.update(state_metrics(model, strategy.states))
-            tracker.log_metrics(row, step=j)
-            if cfg.checkpoint.enabled:
-                save_checkpoint(
-                    ckpt_path, model=model, optimizer=optimizer, states=strategy.states, next_experience=j + 1,
-                    metrics={"results": results.state_dict(), "tokens_after": tokens_after,
-                             "meta_history": meta_history, "gate": gate},
-                    extra={"run_id": tracker.run_id, "plugins": _plugin_state(strategy)},
-                )
-            if stop_after is not None and j >= stop_after and j < K - 1:
-                raise KeyboardInterrupt(f"stopped after experience {j} (stop_after)")
-        R = results.R
-        summary = forgetting.summary(R, higher)
-        current = None
-        summary_current: Dict[str, float] = {}
-        if relabel is not None:
-            current = {m: getattr(results, m) for m in ("R_current", "R_current_se", "updated", "stale", "changed")}
-            summary_current = forgetting.summary(results.R_current, higher)
-            summary_current.update({k.split("/", 1)[1]: v for k, v in _changed_fractions(results, K - 1).items()
-                                    if not k.endswith("changed_answers")})
-        _, test_labels = _test_labels(bench)
-        s_gate = stream_gate(summary["learning_average"], test_labels, metric, cfg.gate.min_stream_skill).as_dict()
-        learned = combined_gate(gate.get("learned"), s_gate["learned"])
-        tracker.set_tags({"learned_on_stream": _gate_tag(s_gate["learned"]), "learned_overall": _gate_tag(learned)})
-        final = {f"final/{k}": v for k, v in summary.items() if not math.isnan(v)}
-        final.update({f"final_current/{k}": v for k, v in summary_current.items() if not math.isnan(v)})
-        final.update({f"stream_gate/{k}": float(v) for k, v in s_gate.items() if v is not None and k != "learned"})
-        tracker.log_metrics(final, step=K - 1)
-        tracker.log_text(matrix_csv(R), "result_matrix.csv")
-        per_lane = state_metrics(model, strategy.states)
-        result = RunResult(
-            cfg, metric, R, summary, tokens_after, [0 if s is None else int(s.nbytes) for s in (strategy.states or [])],
-            tracker.run_id, ckpt_path if cfg.checkpoint.enabled else None, meta_history,
-            R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=gate,
-            stream_gate=s_gate, parameters=parameters,
-            state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
-            wall_seconds=time.perf_counter() - started,
-        )
-        record = result.record()
-        record["forgetting_curve"] = forgetting.forgetting_curve(R, tokens_after)
-        record["definitions"] = forgetting.DEFINITIONS
-        tracker.log_dict(record, "results.json")
-        fig = forgetting_plot(R, tokens_after, metric, cfg.label() + ("" if learned is not False else "  [NOT LEARNED]"))
-        tracker.log_figure(fig, "forgetting_curve.png")
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
-        return result
-
-
-def _gate_tag(flag: Optional[bool]) -> str:
-    return "unmeasured" if flag is None else str(bool(flag)).lower()
-
-
-def _measure_gate(cfg: RunConfig, model, bench, metric: str) -> GateResult:
-    """The learned gate on held-out meta-training episodes (never seen in meta-training), fresh state each."""
-    source = getattr(bench, "meta_train_episodes", None)
-    dataset = None if source is None else held_out(source, cfg.gate.episodes)
-    return measure_gate(model, dataset, metric, cfg.gate.min_skill, cfg.gate.batch_size)
-
-
-def _test_labels(bench):
-    """Every test item of the stream, stacked: (x [N, T...], y [N, T...])."""
-    xs, ys = zip(*(stack_items(exp.dataset) for exp in bench.test_stream))
-    return torch.cat(xs), torch.cat(ys)
 
 
 def _loggers(tracker) -> list:

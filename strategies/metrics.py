@@ -1,4 +1,4 @@
-"""The result matrix R[j][i] as an Avalanche plugin metric, and the state statistics of a run.
+"""The result matrix R[j][i] as an Avalanche plugin metric, and the size and statistics of a run's state.
 
 Scores themselves (the metric registry, the loss, SequenceScore) are in :mod:`strategies.scores`.
 """
@@ -104,6 +104,16 @@ class ResultMatrix(PluginMetric[float]):
         name = get_metric_name(f"{self.kind}_Exp", strategy, add_experience=True)
         return [MetricValue(self, name, value, strategy.clock.train_iterations)]
 
+    def changed_fractions(self, j: int) -> Dict[str, float]:
+        """Over the cells of row j, the answers whose fact changed since they were learned, and the share
+        of them the model gave with the new value (updated) or the old one (stale); {} if none."""
+        n = sum(self.changed[j][i] or 0 for i in range(j + 1))
+        if not n:
+            return {}
+        up = sum((self.updated[j][i] or 0) * (self.changed[j][i] or 0) for i in range(j + 1))
+        st = sum((self.stale[j][i] or 0) * (self.changed[j][i] or 0) for i in range(j + 1))
+        return {"changed_answers": n, "updated_fraction": up / n, "stale_fraction": st / n}
+
     def state_dict(self) -> Dict:
         return {**{m: getattr(self, m) for m in self.MATRICES}, "trained": self.trained}
 
@@ -115,3 +125,24 @@ class ResultMatrix(PluginMetric[float]):
 
     def __str__(self) -> str:
         return f"{self.kind}_Exp"
+
+
+def n_parameters(model) -> int:
+    """Trainable and frozen parameters, each tensor counted once (tied weights once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def state_metrics(model, states) -> Dict[str, float]:
+    """State bytes per layer and lane (``state_bytes/layerK``), and each mixer's own statistics of its
+    state (e.g. OVQ's ``active_slots/layerK``, ``count_entropy/layerK``)."""
+    out: Dict[str, float] = {}
+    if states is None:
+        return out
+    for layer, (mixer, state) in enumerate(zip(model.mixers, states)):
+        if state is None:
+            continue
+        lanes = max(1, int(next((t.shape[0] for t in state.state_dict().values() if t.dim() > 0), 1)))
+        out[f"state_bytes/layer{layer}"] = state.nbytes / lanes
+        for key, value in mixer.state_stats(state.mixer).items():
+            out[f"{key}/layer{layer}"] = value
+    return out

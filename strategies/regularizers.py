@@ -14,7 +14,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -28,11 +29,63 @@ from avalanche.training.storage_policy import ExperienceBalancedBuffer, Reservoi
 from avalanche.training.utils import zerolike_params_dict
 
 from ovq_cl.base import IGNORE, collate_episodes
+from strategies.plugins import CheckpointedPlugin
 from strategies.scores import sequence_loss
 
 
-class SequenceEWCPlugin(EWCPlugin):
+@dataclass(frozen=True)
+class EWCOptions:
+    """ewc_lambda: weight of the penalty; mode: separate | online; decay_factor: online mode's decay."""
+
+    ewc_lambda: float = 100.0
+    mode: str = "separate"
+    decay_factor: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("separate", "online"):
+            raise ValueError(f"ewc: mode must be 'separate' or 'online', got {self.mode!r}")
+        if (self.decay_factor is not None) != (self.mode == "online"):
+            raise ValueError("ewc: decay_factor is set exactly when mode is 'online'")
+        if self.ewc_lambda < 0:
+            raise ValueError(f"ewc: ewc_lambda must be >= 0, got {self.ewc_lambda}")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """mem_size: stored episodes; policy: balanced (equal share per past experience) | reservoir."""
+
+    mem_size: int = 64
+    policy: str = "balanced"
+
+    def __post_init__(self) -> None:
+        if self.mem_size < 1:
+            raise ValueError(f"replay: mem_size must be >= 1, got {self.mem_size}")
+        if self.policy not in ("balanced", "reservoir"):
+            raise ValueError(f"replay: policy must be 'balanced' or 'reservoir', got {self.policy!r}")
+
+
+@dataclass(frozen=True)
+class LwFOptions:
+    """alpha: weight of the distillation term; temperature: tau; positions: all | scored."""
+
+    alpha: float = 1.0
+    temperature: float = 2.0
+    positions: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.positions not in ("all", "scored"):
+            raise ValueError(f"lwf: positions must be 'all' or 'scored', got {self.positions!r}")
+
+
+class SequenceEWCPlugin(EWCPlugin, CheckpointedPlugin):
     """EWC (``mode`` "separate" or "online") on the sequence loss."""
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"saved_params": dict(self.saved_params), "importances": dict(self.importances)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.saved_params.update(state["saved_params"])
+        self.importances.update(state["importances"])
 
     def compute_importances(self, model, criterion, optimizer, dataset, device, batch_size, num_workers=0):
         model.eval()
@@ -55,7 +108,7 @@ class SequenceEWCPlugin(EWCPlugin):
         return importances
 
 
-class SequenceReplayPlugin(SupervisedPlugin):
+class SequenceReplayPlugin(CheckpointedPlugin):
     """Replays ``mem_size`` stored episodes with every new experience.
 
     policy: "balanced" (ExperienceBalancedBuffer: equal share per past experience) or "reservoir".
@@ -73,6 +126,12 @@ class SequenceReplayPlugin(SupervisedPlugin):
             raise ValueError(f"replay: policy must be 'balanced' or 'reservoir', got {policy!r}")
         self.seed = seed
 
+    def state_dict(self) -> Dict[str, Any]:
+        return {"storage": self.storage}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.storage = state["storage"]
+
     def after_train_dataset_adaptation(self, strategy, **kwargs):
         buffer = self.storage.buffer
         if len(buffer) == 0:
@@ -86,7 +145,7 @@ class SequenceReplayPlugin(SupervisedPlugin):
         self.storage.post_adapt(strategy, strategy.experience)
 
 
-class LanguageDistillationPlugin(SupervisedPlugin):
+class LanguageDistillationPlugin(CheckpointedPlugin):
     """Learning without Forgetting for sequence models: ``alpha * tau^2 * KL(p_old || p_new)``."""
 
     def __init__(self, alpha: float = 1.0, temperature: float = 2.0, positions: str = "all") -> None:
@@ -95,6 +154,25 @@ class LanguageDistillationPlugin(SupervisedPlugin):
             raise ValueError(f"distillation positions must be 'all' or 'scored', got {positions!r}")
         self.alpha, self.temperature, self.positions = alpha, temperature, positions
         self.old_model: Optional[torch.nn.Module] = None
+        self._restored: Optional[Dict[str, torch.Tensor]] = None    # old model's weights from a checkpoint
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"old_model": None if self.old_model is None else self.old_model.state_dict()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        # the old model is a copy of the strategy's model: built when the strategy is next seen
+        self._restored = state["old_model"]
+
+    def before_training_exp(self, strategy, **kwargs):
+        if self._restored is not None:
+            self._freeze_copy(strategy.model)
+            self.old_model.load_state_dict(self._restored)
+            self._restored = None
+
+    def _freeze_copy(self, model: torch.nn.Module) -> None:
+        self.old_model = copy.deepcopy(model).eval()
+        for p in self.old_model.parameters():
+            p.requires_grad_(False)
 
     def before_backward(self, strategy, **kwargs):
         if self.old_model is None or self.alpha == 0:
@@ -118,6 +196,4 @@ class LanguageDistillationPlugin(SupervisedPlugin):
         strategy.loss = strategy.loss + self.alpha * tau * tau * kl
 
     def after_training_exp(self, strategy, **kwargs):
-        self.old_model = copy.deepcopy(strategy.model).eval()
-        for p in self.old_model.parameters():
-            p.requires_grad_(False)
+        self._freeze_copy(strategy.model)

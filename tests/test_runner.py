@@ -121,7 +121,7 @@ def test_a_nan_loss_fails_the_run_and_keeps_the_last_checkpoint(in_tmp, monkeypa
 @pytest.mark.parametrize("strategy", ["frozen", "ewc", "replay", "lwf"])
 def test_every_strategy_runs_and_resumes(tmp_path, strategy):
     base = {**TINY, "tracking": {"enabled": False}, "checkpoint": {"dir": str(tmp_path)},
-            "strategy": {**TINY["strategy"], "name": strategy, "replay_mem_size": 4}}
+            "strategy": {**TINY["strategy"], "name": strategy, "options": {"mem_size": 4} if strategy == "replay" else {}}}
     straight = run(run_config({**base, "checkpoint": {"dir": str(tmp_path / "a")}}))
     cfg = run_config({**base, "checkpoint": {"dir": str(tmp_path / "b")}})
     with pytest.raises(KeyboardInterrupt):
@@ -146,12 +146,21 @@ def test_config_errors_are_clear(tmp_path):
         run_config(str(tmp_path / "nope.yaml"))
     with pytest.raises(ValueError, match="lr_rate"):
         run_config({"strategy": {"lr_rate": 1.0}})
-    with pytest.raises(ValueError, match="strategy.name"):
+    with pytest.raises(ValueError, match="unknown strategy 'gem'"):
         run_config({"strategy": {"name": "gem"}})
+    with pytest.raises(ValueError, match="strategy.ewc_lambda -> strategy.options.ewc_lambda"):
+        run_config({"strategy": {"name": "ewc", "ewc_lambda": 5.0}})
+    with pytest.raises(ValueError, match="ewc_lambda"):
+        run_config({"strategy": {"name": "ewc", "options": {"ewc_lamda": 5.0}}})
+    with pytest.raises(ValueError, match="unknown stream 'foo'"):
+        run_config({"stream": {"name": "foo"}})
+    with pytest.raises(ValueError, match="n_expriences"):
+        run_config({"stream": {"name": "icr", "options": {"n_expriences": 2}}})
+    assert run_config({"strategy": {"name": "ewc"}}).strategy.options == {"ewc_lambda": 100.0, "mode": "separate",
+                                                                          "decay_factor": None}
     with pytest.raises(ValueError, match="memory.policy"):
         run_config(None, ["memory.policy=forever"])
-    with pytest.raises(ValueError, match="n_expriences"):
-        run(run_config({**TINY, "stream": {"name": "icr", "options": {"n_expriences": 2}}}))
+
 
 
 def test_shipped_configs_load():
@@ -196,7 +205,7 @@ def test_every_strategy_with_every_mixer(mixer, strategy):
     cfg = run_config({**TINY, "tracking": {"enabled": False}, "checkpoint": {"enabled": False},
                       "model": {**TINY["model"], "layers": [mixer]}, "meta_train": {"steps": 2, "batch_size": 4},
                       "gate": {"episodes": 4}, "stream": {"name": "icr", "options": options},
-                      "strategy": {**TINY["strategy"], "name": strategy, "replay_mem_size": 4}})
+                      "strategy": {**TINY["strategy"], "name": strategy, "options": {"mem_size": 4} if strategy == "replay" else {}}})
     result = run(cfg)
     assert all(v is not None and 0 <= v <= 1 for row in result.R for v in row)
     assert set(result.summary) >= {"forgetting_max", "forgetting_learned", "bwt"}
