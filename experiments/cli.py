@@ -1,4 +1,9 @@
-"""Command line: ``ovq-cl demo`` (and, as the project grows, ``ovq-cl run CONFIG``)."""
+"""Command line: ``ovq-cl demo | run | sweep | compare | study | report | state-sizes``.
+
+``--plugin MODULE`` (run, sweep, state-sizes, demo; repeatable) imports a module of yours first, so the
+mixers, streams, strategies and metrics it registers can be named in configs; packages can instead
+declare entry points (``ovq_cl.mixers``, ``ovq_cl.streams``, ``ovq_cl.strategies``, ``ovq_cl.metrics``).
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,17 +12,21 @@ from typing import List, Optional
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="ovq-cl", description=__doc__)
+    parser = argparse.ArgumentParser(prog="ovq-cl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="train the small LM with each mixer on a toy recall task")
+    plugin = argparse.ArgumentParser(add_help=False)
+    plugin.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import this module first (it registers your mixers, streams, strategies, metrics)")
+    demo = sub.add_parser("demo", parents=[plugin], help="train the small LM with each mixer on a toy recall task")
     demo.add_argument("--mixers", default=None, help="comma-separated mixer names (default: all demo mixers)")
     demo.add_argument("--steps", type=int, default=None)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-progress", action="store_true")
-    run_p = sub.add_parser("run", help="one run: meta-training, then the stream, tracked in MLflow")
+    run_p = sub.add_parser("run", parents=[plugin], help="one run: meta-training, then the stream, tracked in MLflow")
     run_p.add_argument("config", help="a YAML run config (see experiments/configs/)")
     run_p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.layers=[ovq] seed=1")
-    sweep_p = sub.add_parser("sweep", help="a grid of runs under one parent MLflow run, then a comparison table")
+    sweep_p = sub.add_parser("sweep", parents=[plugin], help="a grid of runs under one parent MLflow run, then a comparison table")
     sweep_p.add_argument("config", help="the base YAML run config")
     sweep_p.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     sweep_p.add_argument("--grid", action="append", default=[],
@@ -36,11 +45,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     study_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
     report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
     report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
-    sizes = sub.add_parser("state-sizes", help="print every mixer's state bytes per layer and lane against T")
+    sizes = sub.add_parser("state-sizes", parents=[plugin], help="print every mixer's state bytes per layer and lane against T")
     sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)
     sizes.add_argument("--heads", type=int, default=4)
-    args = parser.parse_args(argv)
+    # key=value overrides may come before, between or after options (argparse alone would refuse
+    # `run CFG --plugin M key=value`): whatever argparse leaves over and looks like one is an override
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        if not hasattr(args, "overrides") or any(a.startswith("-") or "=" not in a for a in rest):
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.overrides = list(args.overrides) + rest
+    if getattr(args, "plugin", None):
+        from ovq_cl.base import load_plugins
+
+        load_plugins(args.plugin)
 
     if args.command == "demo":
         from experiments.demo import DemoConfig, run_demo
@@ -63,7 +82,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from experiments.config import run_config
         from experiments.runner import run
 
-        cfg = run_config(args.config, args.overrides)
+        cfg = run_config(args.config, args.overrides, plugins=args.plugin)
         result = run(cfg)
         _print_result(result)
     elif args.command == "sweep":
@@ -73,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from experiments import compare
         from experiments.sweep import expand, parse_grid, run_sweep
 
-        configs = expand(args.config, args.overrides, parse_grid(args.grid))
+        configs = expand(args.config, args.overrides, parse_grid(args.grid), plugins=args.plugin)
         print(f"{len(configs)} runs")
         results, failures = run_sweep(configs, args.name)
         os.makedirs(args.out, exist_ok=True)

@@ -10,12 +10,12 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ovq_cl.base import validate
+from ovq_cl.base import load_plugins, validate
 from ovq_cl.config import ModelConfig, check_moved_keys
 
 @dataclass
@@ -83,6 +83,7 @@ class RunConfig:
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     output_dir: str = "outputs"
     progress: bool = False
+    plugins: List[str] = field(default_factory=list)   # modules that register user mixers, streams, ... (imported first)
 
     def check(self) -> "RunConfig":
         """Validates every section against its registry and fills the options in (a ValueError naming the
@@ -122,6 +123,8 @@ class RunConfig:
     def identity(self) -> str:
         """A short hash of everything that changes the results (not tracking, checkpoints, progress)."""
         d = self.to_dict()
+        if not d.get("plugins"):
+            d.pop("plugins", None)          # configs without plugins keep the identity they always had
         for key in ("tracking", "checkpoint", "output_dir", "progress"):
             d.pop(key, None)
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
@@ -131,8 +134,11 @@ class RunConfig:
         return f"{self.stream.name}-{layers}-{self.strategy.name}-{self.memory.policy}-s{self.seed}"
 
 
-def run_config(user: Any = None, overrides: Optional[List[str]] = None) -> RunConfig:
-    """``user``: a YAML path, a mapping or None; ``overrides``: ["model.layers=[full]", "seed=3", ...]."""
+def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins: Sequence[str] = ()) -> RunConfig:
+    """``user``: a YAML path, a mapping or None; ``overrides``: ["model.layers=[full]", "seed=3", ...];
+    ``plugins``: modules to import first (``--plugin``), added to the config's own ``plugins``. Every
+    module named is imported before validation, so user mixers, streams, strategies and metrics
+    validate like built-in ones."""
     if isinstance(user, (str, os.PathLike)):
         if not os.path.exists(user):
             raise FileNotFoundError(f"run config file not found: {user}")
@@ -143,6 +149,11 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None) -> RunCo
         except OmegaConfBaseException as err:
             raise ValueError(f"run config overrides: {err}") from err
         user = OmegaConf.merge(OmegaConf.create(user or {}), extra)
+    listed = list(user.get("plugins") or []) if user is not None and hasattr(user, "get") else []
+    modules = list(dict.fromkeys([*listed, *plugins]))
+    load_plugins(modules)
+    if modules:
+        user = OmegaConf.merge(OmegaConf.create(user or {}), {"plugins": modules})
     if user is not None and hasattr(user, "get") and user.get("model") is not None:
         check_moved_keys(user.get("model"))
     if user is not None and hasattr(user, "get") and hasattr(user.get("strategy"), "keys"):

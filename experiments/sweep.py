@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence
 from experiments.config import RunConfig, run_config
 
 
-def expand(base, overrides: Sequence[str], grid: Dict[str, List[str]]) -> List[RunConfig]:
+def expand(base, overrides: Sequence[str], grid: Dict[str, List[str]], plugins: Sequence[str] = ()) -> List[RunConfig]:
     """Every combination of the grid's values (each a dotlist value string) on top of base + overrides.
 
     expand("experiments/configs/icr_frozen.yaml", [], {"model.layers": ["[ovq]", "[full]"], "seed": ["0", "1"]})
@@ -18,7 +18,7 @@ def expand(base, overrides: Sequence[str], grid: Dict[str, List[str]]) -> List[R
     keys = list(grid)
     configs = []
     for values in itertools.product(*(grid[k] for k in keys)):
-        configs.append(run_config(base, list(overrides) + [f"{k}={v}" for k, v in zip(keys, values)]))
+        configs.append(run_config(base, list(overrides) + [f"{k}={v}" for k, v in zip(keys, values)], plugins=plugins))
     return configs
 
 
