@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from ovq_cl import DecoderLM, model_config
-from streams.recall import IGNORE, RecallSpec, recall_batch
+from strategies.scores import SequenceScore
+from strategies.step import train_step
+from streams.recall import RecallSpec, recall_batch
 
 DEFAULT_MIXERS = ["ovq", "vq", "full", "swa", "linear", "delta", "swa+ovq"]
 
@@ -49,15 +50,6 @@ class DemoConfig:
     })
 
 
-def masked_loss_and_hits(logits: torch.Tensor, labels: torch.Tensor):
-    """Cross-entropy and number of correct predictions over scored positions (labels != -100)."""
-    scored = labels != IGNORE
-    flat_logits, flat_labels = logits[scored], labels[scored]
-    loss = F.cross_entropy(flat_logits, flat_labels)
-    hits = (flat_logits.argmax(-1) == flat_labels).sum().item()
-    return loss, hits, int(scored.sum())
-
-
 def layer_pattern(kind: str) -> List[str]:
     """"swa+ovq" -> ["swa", "ovq"] (a hybrid pattern repeated over the layers); "ovq" -> ["ovq"]."""
     return [part.strip() for part in kind.split("+") if part.strip()]
@@ -78,15 +70,7 @@ def train_one(kind: str, cfg: DemoConfig, progress: bool = True) -> DemoResult:
     loss_value, tokens, start = float("nan"), 0, time.perf_counter()
     for _ in tqdm(range(cfg.steps), desc=f"{kind:>8}", disable=not progress, leave=False):
         x, y = recall_batch(cfg.task, cfg.batch_size, data_gen)
-        logits, _ = model(x)
-        loss, _, _ = masked_loss_and_hits(logits, y)
-        loss = loss + model.aux_loss()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"demo: non-finite loss for mixer {kind!r}")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss, _, _ = train_step(model, opt, x, y, grad_clip=1.0, where=f"in the demo for mixer {kind!r}")
         sched.step()
         loss_value, tokens = loss.item(), tokens + x.numel()
     elapsed = time.perf_counter() - start
@@ -95,10 +79,11 @@ def train_one(kind: str, cfg: DemoConfig, progress: bool = True) -> DemoResult:
     with torch.no_grad():
         x, y = recall_batch(cfg.task, cfg.eval_episodes, eval_gen)
         logits, states = model(x)
-        _, hits, scored = masked_loss_and_hits(logits, y)
+        score = SequenceScore("accuracy")
+        score.update(logits, y)
     return DemoResult(
         mixer=kind, params=sum(p.numel() for p in model.parameters()), final_loss=loss_value,
-        accuracy=hits / scored, state_bytes=[s.nbytes // x.shape[0] for s in states], tokens_per_s=tokens / elapsed,
+        accuracy=score.result(), state_bytes=[s.nbytes // x.shape[0] for s in states], tokens_per_s=tokens / elapsed,
     )
 
 

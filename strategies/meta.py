@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ovq_cl.base import collate_episodes
-from strategies.scores import SequenceScore, sequence_loss
+from strategies.scores import SequenceScore
+from strategies.step import train_step
 
 
 def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, lr: float,
@@ -38,18 +39,9 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
     history, score, step = [], SequenceScore(metric), 0
     bar = tqdm(total=steps, desc="meta-train", disable=not progress, leave=False)
     while step < steps:
-        for x, y, _ in loader:
-            x, y = x.to(device), y.to(device)
-            out, _ = model(x)
-            loss = sequence_loss(out, y)
-            if hasattr(model, "aux_loss"):
-                loss = loss + model.aux_loss()
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"meta_train: non-finite loss at step {step}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            opt.step()
+        for x, y, *_ in loader:
+            loss, out, _ = train_step(model, opt, x.to(device), y.to(device), grad_clip,
+                                      where=f"in meta-training at step {step}")
             sched.step()
             score.update(out, y)
             step += 1

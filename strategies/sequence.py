@@ -24,6 +24,7 @@ from avalanche.training.templates import SupervisedTemplate
 
 from ovq_cl.base import collate_episodes
 from strategies.scores import sequence_loss
+from strategies.step import clip_gradients, training_objective
 
 
 class SequenceTemplate(SupervisedTemplate):
@@ -76,20 +77,15 @@ class SequenceTemplate(SupervisedTemplate):
         return out
 
     def criterion(self):
-        loss = sequence_loss(self.mb_output, self.mb_y)
-        if self.is_training and hasattr(self.model, "aux_loss"):
-            loss = loss + self.model.aux_loss()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite loss {float(loss)} at experience {self.experience.current_experience}, "
-                f"iteration {self.clock.train_exp_iterations}"
-            )
-        return loss
+        if not self.is_training:
+            return sequence_loss(self.mb_output, self.mb_y)
+        return training_objective(self.model, self.mb_output, self.mb_y,
+                                  where=f"at experience {self.experience.current_experience}, "
+                                        f"iteration {self.clock.train_exp_iterations}")
 
     def backward(self):
         super().backward()
-        if self.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        clip_gradients(self.model, self.grad_clip)
 
     def _after_training_iteration(self, **kwargs):
         self.tokens_streamed += int(self.mb_x.shape[1])
