@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from experiments import tracking
+from experiments.artifacts import matrix_csv
 from experiments.tracking import (
     DEFAULT_TRACKING_URI, TRUNCATED_MARKER, RunTracker, SweepTracker, default_tracking_uri, flatten_config,
     runs_table,
@@ -111,12 +112,9 @@ def test_run_logs_params_metrics_artifacts_tags(store):
         params = run.log_config(CFG)
         for j in range(3):
             run.log_metrics({"avg_accuracy": 0.5 + 0.1 * j, "learning_accuracy": torch.tensor(0.9)}, step=j)
-        assert run.log_matrix("accuracy_matrix", R) == "accuracy_matrix.csv"
-        run.log_matrix("named", [[1, None]], row_names=["prose"], col_names=["prose", "code"])
+        assert run.log_text(matrix_csv([[0.9, None], [0.7, 0.95]]), "result_matrix.csv") == "result_matrix.csv"
         assert run.log_figure(fig, "plots/forgetting") == "plots/forgetting.png"
         run.log_dict({"R": R[:2], "t": torch.arange(3)}, "summary.json")
-        (store["root"] / "note.txt").write_text("hello")
-        run.log_artifact(str(store["root"] / "note.txt"), "extra")
         with pytest.raises(TypeError):
             run.log_metrics({"v": torch.ones(3)}, step=0)
     assert not run.active
@@ -137,21 +135,16 @@ def test_run_logs_params_metrics_artifacts_tags(store):
     assert tags["version.torch"] == metadata.version("torch") and tags["version.mlflow"] == metadata.version("mlflow")
 
     listed = {a.path for a in client.list_artifacts(run.run_id)} | \
-        {a.path for d in ("plots", "extra") for a in client.list_artifacts(run.run_id, d)}
-    assert {"config.yaml", "accuracy_matrix.csv", "named.csv", "summary.json", "plots/forgetting.png",
-            "extra/note.txt"} <= listed
+        {a.path for a in client.list_artifacts(run.run_id, "plots")}
+    assert {"config.yaml", "result_matrix.csv", "summary.json", "plots/forgetting.png"} <= listed
     assert r.info.artifact_uri.startswith("file://" + store["artifacts"]) or store["artifacts"] in r.info.artifact_uri
 
     cfg_back = OmegaConf.create(read_artifact(client, run.run_id, "config.yaml").decode())
     assert OmegaConf.to_container(cfg_back) == OmegaConf.to_container(CFG, resolve=True)
-    rows = list(csv.reader(io.StringIO(read_artifact(client, run.run_id, "accuracy_matrix.csv").decode())))
-    assert rows == [["trained_on\\evaluated_on", "0", "1", "2"], ["0", "0.9", "", ""], ["1", "0.7", "0.95", ""],
-                    ["2", "0.5", "", "1.0"]]
-    rows = list(csv.reader(io.StringIO(read_artifact(client, run.run_id, "named.csv").decode())))
-    assert rows == [["trained_on\\evaluated_on", "prose", "code"], ["prose", "1", ""]]
+    rows = list(csv.reader(io.StringIO(read_artifact(client, run.run_id, "result_matrix.csv").decode())))
+    assert rows == [["trained_on", "eval_0", "eval_1"], ["0", "0.9", ""], ["1", "0.7", "0.95"]]
     assert read_artifact(client, run.run_id, "plots/forgetting.png")[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(read_artifact(client, run.run_id, "summary.json")) == {"R": [[0.9], [0.7, 0.95]], "t": [0, 1, 2]}
-    assert read_artifact(client, run.run_id, "extra/note.txt") == b"hello"
 
 
 def test_logging_outside_a_run_raises(store):
