@@ -96,20 +96,3 @@ class MixerState:
             else:
                 kwargs[name] = value
         return cls(**kwargs)
-
-
-def states_nbytes(states: List[Optional[MixerState]]) -> List[int]:
-    """Bytes per layer for a model's list of states (0 for a fresh ``None``)."""
-    return [0 if s is None else s.nbytes for s in states]
-
-
-def detach_states(states: Optional[List[Optional[MixerState]]]):
-    if states is None:
-        return None
-    return [None if s is None else s.detach() for s in states]
-
-
-def clone_states(states: Optional[List[Optional[MixerState]]]):
-    if states is None:
-        return None
-    return [None if s is None else s.clone() for s in states]

@@ -25,13 +25,13 @@ from ovq_cl.ops.ovq.naive import (
 from conftest import rel_err
 
 try:
+    import triton  # noqa: F401
+except ImportError:            # the only reason to skip: triton is not installed (e.g. not Linux)
+    ovq_triton, SKIP = None, "triton is not installed"
+else:                          # anything else failing here is a bug in our kernels: let it fail
     from ovq_cl.ops.ovq import triton as ovq_triton
 
-    _probe = torch.ones(1, 1, 2, 16, device="cuda" if torch.cuda.is_available() else "cpu")
-    ovq_triton.triton_max_similarity(_probe, _probe)                    # one tiny launch: can kernels run here?
     SKIP = None
-except Exception as exc:  # triton missing, or its interpreter cannot run here
-    ovq_triton, SKIP = None, f"ovq Triton kernels unavailable: {type(exc).__name__}: {exc}"
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")

@@ -16,10 +16,14 @@ BACKENDS = ("auto", "naive", "recurrent", "fla")
 
 
 def _fla_kernel():
+    """fla's kernel, or None when fla is not installed; any other import error is raised (a broken
+    install must not silently fall back to the reference)."""
     try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    except Exception:  # fla missing, or its import fails on this machine
+        import fla  # noqa: F401
+    except ImportError:
         return None
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
     return chunk_gated_delta_rule
 
 

@@ -37,11 +37,14 @@ BACKENDS = ("auto", "naive", "recurrent", "triton")
 
 
 def triton_primitives() -> Optional[OVQPrimitives]:
-    """The Triton primitives, or None when triton cannot be imported on this machine."""
+    """The Triton primitives, or None when the triton package is not installed. Any other error while
+    loading our kernels is a bug and is raised, never silently replaced by the reference."""
     try:
-        from ovq_cl.ops.ovq.triton import TRITON
-    except Exception:  # triton missing or broken here
+        import triton  # noqa: F401
+    except ImportError:
         return None
+    from ovq_cl.ops.ovq.triton import TRITON
+
     return TRITON
 
 
