@@ -6,7 +6,7 @@ For T = 1k .. max-T (batch B, 4 heads x 64), forward (no grad) and forward + bac
 
 - ``ovq``: ``ovq_attention(..., backend="triton")``, N = 1024, chunk 64, float32 (the Triton read in
   IEEE fp32; the chunk loop runs on the host, one iteration per chunk);
-- ``ovq-torch``: the same op on the PyTorch reference (``backend="naive"``) on the GPU;
+- ``ovq-torch``: the same op on the PyTorch reference (``backend="chunk"``) on the GPU;
 - ``sdpa-flash``: ``F.scaled_dot_product_attention(is_causal=True)`` in bfloat16 with the flash
   backend; ``sdpa-fp32``: the same in float32 (whatever backend PyTorch picks);
 - ``fla-linear``: ``fla.ops.linear_attn.chunk_linear_attn`` (bfloat16, normalised);
@@ -52,7 +52,7 @@ def make_ops(B: int, T: int, device: str) -> Dict[str, Callable[[bool], torch.Te
         return run
 
     ops["ovq"] = ovq("triton")
-    ops["ovq-torch"] = ovq("naive")
+    ops["ovq-torch"] = ovq("chunk")
 
     def sdpa(dtype, flash):
         def run(train):

@@ -12,6 +12,7 @@ Outputs of the two versions are compared too (they compute the same function).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     new_op = layer_module.ovq_attention
 
     def old_op(q, k, v, beta, params, initial_state=None, backend="auto"):
-        return old.ovq_attention_chunked(q, k, v, beta, old.OVQParams(**vars(params)), initial_state)
+        return old.ovq_attention_chunked(q, k, v, beta, old.OVQParams(**{f.name: getattr(params, f.name) for f in dataclasses.fields(old.OVQParams)}), initial_state)
 
     torch.manual_seed(0)
     model = build_mixer("ovq", D_MODEL, HEADS, {"num_slots": 1024, "chunk_size": 64})

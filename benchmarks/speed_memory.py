@@ -243,7 +243,7 @@ def run_recompute(mixers: List[str], groups: List[int], Ts: List[int], args) -> 
 
 def saturated_state(N: int, device: str, L: int = 64, d: int = 64):
     from ovq_cl.ops.common import l2norm
-    from ovq_cl.ops.ovq.naive import OVQState
+    from ovq_cl.ops.ovq.common import OVQState
 
     g = torch.Generator(device=device).manual_seed(N)
     return OVQState(
@@ -260,7 +260,7 @@ def run_slots(Ns, T, args) -> Dict[int, dict]:
     """OVQ across N: the whole layer over T tokens, and the per-chunk parts with a saturated dictionary."""
     from ovq_cl.ops.common import l2norm
     from ovq_cl.ops.ovq import OVQParams
-    from ovq_cl.ops.ovq.naive import REFERENCE, _absorb
+    from ovq_cl.ops.ovq.chunk import REFERENCE, _absorb
 
     prims = REFERENCE
     if args.device == "cuda":
@@ -305,7 +305,7 @@ def run_slots(Ns, T, args) -> Dict[int, dict]:
 
 def run_flops(args) -> dict:
     """Achieved FLOP/s of the OVQ read (N = 1024 saturated, L = 64, d = 64, 4 heads) vs the matmul peak."""
-    from ovq_cl.ops.ovq.naive import REFERENCE
+    from ovq_cl.ops.ovq.chunk import REFERENCE
 
     prims = REFERENCE
     if args.device == "cuda":

@@ -12,7 +12,7 @@ a number back from the device). The base class gives all of them the same behavi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, Optional, Type, TypeVar
 
 import torch
 

@@ -7,9 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from ovq_cl.ops.ovq import OVQParams, growth_target, ovq_attention
-from ovq_cl.ops.ovq.naive import (
-    OVQState, assign_to_slots, empty_ovq_state, growth_curve, kmeans_merge, spread_init_select,
-)
+from ovq_cl.ops.ovq.common import OVQState, empty_ovq_state, growth_curve
+from ovq_cl.ops.ovq.naive import assign_to_slots, kmeans_merge, spread_init_select
 
 from conftest import rel_err
 
@@ -84,6 +83,28 @@ def test_chunked_equals_token_by_token_and_split_calls(params):
             prev = cut
         assert rel_err(torch.cat(pieces, 1), o) < 1e-10
         assert_states_equal(s, state)
+
+
+@pytest.mark.parametrize("params", CONFIGS, ids=lambda p: f"N{p.num_slots}-L{p.chunk_size}-{p.growth}-{p.init}-{p.state_grad}")
+def test_the_fast_chunked_path_equals_the_plain_oracle(params):
+    """Outputs, every gradient (through the final state too) and the final state, from a fresh state and
+    from a carried one with pending tokens; awkward shapes (T = 37, Dk 5, Dv 7, 3 heads)."""
+    q, k, v = qkv(2, 37, 3, 5, Dv=7, requires_grad=True)
+    beta = torch.tensor([3.0, 5.0, 8.0], dtype=F64, requires_grad=True)
+    _, carried = ovq_attention(*(t.detach() for t in qkv(2, 11, 3, 5, Dv=7)), beta.detach(), params, backend="naive")
+    for initial in (None, carried):
+        runs = {}
+        for backend in ("naive", "chunk"):
+            o, state = ovq_attention(q, k, v, beta, params, initial_state=initial, backend=backend)
+            weights = torch.cos(torch.arange(o.numel(), dtype=F64)).view(o.shape)
+            loss = (o * weights).sum() + state.keys.sum() + state.values.pow(2).sum()
+            runs[backend] = (o, state, torch.autograd.grad(loss, [q, k, v, beta]))
+        (o_ref, s_ref, g_ref), (o_fast, s_fast, g_fast) = runs["naive"], runs["chunk"]
+        assert rel_err(o_fast, o_ref) < 1e-10
+        assert_states_equal(s_fast, s_ref)
+        for name, a, b in zip("qkv", g_fast, g_ref):
+            assert rel_err(a, b) < 1e-10, name
+        assert rel_err(g_fast[3], g_ref[3]) < 1e-10
 
 
 def test_random_init_differs_from_spread_init():

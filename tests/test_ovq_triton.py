@@ -18,9 +18,8 @@ import torch.nn.functional as F
 
 from ovq_cl.ops.dictionary import dictionary_chunk_read
 from ovq_cl.ops.ovq import OVQParams, ovq_attention
-from ovq_cl.ops.ovq.naive import (
-    assign_to_slots, chunk_read, first_argmax, kmeans_merge, max_similarity, sparse_kmeans_merge,
-)
+from ovq_cl.ops.ovq.chunk import chunk_read, first_argmax, max_similarity, sparse_kmeans_merge
+from ovq_cl.ops.ovq.naive import assign_to_slots, kmeans_merge
 
 from conftest import rel_err
 
@@ -242,9 +241,11 @@ def test_dispatch():
     q = k = v = torch.randn(1, 8, 2, 4, dtype=torch.float64)
     beta = torch.ones(2, dtype=torch.float64)
     p = OVQParams(num_slots=4, chunk_size=4)
-    o_auto, _ = ovq_attention(q, k, v, beta, p)                         # CPU tensors: auto = the reference
-    o_naive, _ = ovq_attention(q, k, v, beta, p, backend="naive")
-    assert torch.equal(o_auto, o_naive)
+    o_auto, _ = ovq_attention(q, k, v, beta, p)                         # CPU tensors: auto = the chunked form
+    o_chunk, _ = ovq_attention(q, k, v, beta, p, backend="chunk")
+    assert torch.equal(o_auto, o_chunk)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ovq_attention(q, k, v, beta, p, backend="fast")
     if DEVICE == "cpu":
         ovq_triton.INTERPRET = False                                    # as if the interpreter were off
         try:

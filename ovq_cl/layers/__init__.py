@@ -8,7 +8,7 @@ defaults). ``register_mixer(name, cls)`` makes it available to models and config
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Type
+from typing import Any, Optional, Type
 
 from ovq_cl.base import Registry, validate
 from ovq_cl.layers.base import Mixer, MixerOptions

@@ -1,10 +1,14 @@
 """OVQ attention: ``ovq_attention(q, k, v, beta, params, initial_state, output_final_state, backend)``.
 
-Backends (all give the same outputs, gradients and final state, up to float rounding):
+The op laid out as flash-linear-attention lays out its ops: ``common.py`` (params, state, growth),
+``naive.py`` (the plain oracle), ``chunk.py`` (the chunked form, fast on CPU, and the chunk loop the
+kernels plug into), ``recurrent.py`` (token by token), ``triton.py`` (the kernels), and this
+dispatcher. Backends (all give the same outputs, gradients and final state, up to float rounding):
 
-- ``"auto"`` (default): the Triton kernels on CUDA tensors when triton imports, the chunked PyTorch
-  reference otherwise (the CPU path).
-- ``"naive"``: the chunked PyTorch reference (:func:`~ovq_cl.ops.ovq.naive.ovq_attention_chunked`).
+- ``"auto"`` (default): the Triton kernels on CUDA tensors when triton is installed, the chunked
+  PyTorch form otherwise (the CPU path).
+- ``"chunk"``: the chunked PyTorch form (:func:`~ovq_cl.ops.ovq.chunk.ovq_attention_chunk`).
+- ``"naive"``: the plain oracle (:func:`~ovq_cl.ops.ovq.naive.ovq_attention_naive`), slow; for tests.
 - ``"recurrent"``: token-by-token decoding, an independent code path for tests.
 - ``"triton"``: forces the Triton kernels (:mod:`ovq_cl.ops.ovq.triton`); on CPU tensors only when
   the Triton interpreter is on (``TRITON_INTERPRET=1`` set before triton is imported), otherwise a
@@ -18,22 +22,19 @@ from typing import Optional, Tuple
 
 import torch
 
-from ovq_cl.ops.ovq.naive import (
+from ovq_cl.ops.ovq.chunk import (
     REFERENCE,
-    OVQParams,
     OVQPrimitives,
-    OVQState,
     absorb_chunk,
-    dictionary_chunk_read,
-    empty_ovq_state,
-    growth_curve,
-    growth_target,
-    ovq_attention_chunked,
-    ovq_attention_recurrent,
+    chunk_read,
+    ovq_attention_chunk,
     ovq_chunk_loop,
 )
+from ovq_cl.ops.ovq.common import OVQParams, OVQState, empty_ovq_state, growth_curve, growth_target
+from ovq_cl.ops.ovq.naive import ovq_attention_naive
+from ovq_cl.ops.ovq.recurrent import ovq_attention_recurrent
 
-BACKENDS = ("auto", "naive", "recurrent", "triton")
+BACKENDS = ("auto", "chunk", "naive", "recurrent", "triton")
 
 
 def triton_primitives() -> Optional[OVQPrimitives]:
@@ -59,7 +60,7 @@ def _triton_usable(q: torch.Tensor) -> Tuple[Optional[OVQPrimitives], str]:
     if not triton_module.INTERPRET:
         return None, (
             f"the inputs are on {q.device.type}, and the Triton interpreter is off: set TRITON_INTERPRET=1 "
-            "before triton is first imported to run the kernels on CPU, or use backend='naive'"
+            "before triton is first imported to run the kernels on CPU, or use backend='chunk'"
         )
     return prims, ""
 
@@ -73,6 +74,8 @@ def ovq_attention(
         raise ValueError(f"ovq_attention: backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "recurrent":
         return ovq_attention_recurrent(q, k, v, beta, params, initial_state, output_final_state)
+    if backend == "naive":
+        return ovq_attention_naive(q, k, v, beta, params, initial_state, output_final_state)
     prims = REFERENCE
     if backend == "triton":
         prims, why = _triton_usable(q)
@@ -84,7 +87,7 @@ def ovq_attention(
 
 
 __all__ = [
-    "BACKENDS", "OVQParams", "OVQPrimitives", "OVQState", "REFERENCE", "absorb_chunk", "dictionary_chunk_read",
-    "empty_ovq_state", "growth_curve", "growth_target", "ovq_attention", "ovq_attention_chunked",
-    "ovq_attention_recurrent", "ovq_chunk_loop", "triton_primitives",
+    "BACKENDS", "OVQParams", "OVQPrimitives", "OVQState", "REFERENCE", "absorb_chunk", "chunk_read",
+    "empty_ovq_state", "growth_curve", "growth_target", "ovq_attention", "ovq_attention_chunk",
+    "ovq_attention_naive", "ovq_attention_recurrent", "ovq_chunk_loop", "triton_primitives",
 ]

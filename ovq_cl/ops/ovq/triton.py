@@ -1,7 +1,7 @@
 """OVQ attention, Triton kernels: the chunk read (forward and backward) and the dictionary argmax.
 
 The chunk loop (growth, spread init, k-means merge as gather/scatter-add) is the one of
-:mod:`ovq_cl.ops.ovq.naive`; this module only swaps its per-chunk primitives (:data:`TRITON`):
+:mod:`ovq_cl.ops.ovq.chunk`; this module only swaps its per-chunk primitives (:data:`TRITON`):
 
 - :func:`triton_chunk_read` (an autograd Function) computes, per lane and head,
   ``softmax([beta Q D_k^T + log c | beta Q K^T (causal)]) [D_v ; V]`` flash-attention style: one
@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ovq_cl.ops.ovq.naive import OVQPrimitives, sparse_kmeans_merge
+from ovq_cl.ops.ovq.chunk import OVQPrimitives, sparse_kmeans_merge
 
 #: whether the kernels were built for the interpreter (TRITON_INTERPRET=1 when this module was imported)
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -294,7 +294,7 @@ def _check(*tensors: torch.Tensor) -> None:
     if dev.type != "cuda" and not INTERPRET:
         raise ValueError(
             "ovq triton kernels: tensors are on the CPU but the Triton interpreter is off; set "
-            "TRITON_INTERPRET=1 before triton is imported, or use backend='naive'"
+            "TRITON_INTERPRET=1 before triton is imported, or use backend='chunk'"
         )
     for t in tensors:
         if t.device != dev:
