@@ -29,9 +29,9 @@ def dictionary_chunk_read(
     b = beta.view(1, -1, 1, 1).to(q.dtype)
     n = dict_keys.shape[2]
     s_loc = b * (q @ k.transpose(-1, -2))
-    lq, lc = q.shape[2], k.shape[2]
+    lq, n_local = q.shape[2], k.shape[2]
     rows = torch.arange(lq, device=q.device).unsqueeze(1) + q_offset
-    cols = torch.arange(lc, device=q.device).unsqueeze(0)
+    cols = torch.arange(n_local, device=q.device).unsqueeze(0)
     s_loc = s_loc.masked_fill(cols > rows, float("-inf"))
     if n == 0:
         return torch.softmax(s_loc, dim=-1) @ v

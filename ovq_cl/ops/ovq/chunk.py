@@ -57,12 +57,12 @@ def chunk_read(
     Returns [B, H, Lq, Dv].
     """
     bsz, heads, lq, dk = q.shape
-    lc, dv, n = k.shape[2], v.shape[-1], dict_keys.shape[2]
+    n_local, dv, n = k.shape[2], v.shape[-1], dict_keys.shape[2]
     bh = bsz * heads
     qb = (q * (beta * _LOG2E).view(1, -1, 1, 1).to(q.dtype)).reshape(bh, lq, dk)
-    s_loc = torch.bmm(qb, k.reshape(bh, lc, dk).transpose(-1, -2))
-    s_loc = s_loc.masked_fill_(_above_diagonal(lq, lc, q_offset, q.device), float("-inf"))
-    vl = v.reshape(bh, lc, dv)
+    s_loc = torch.bmm(qb, k.reshape(bh, n_local, dk).transpose(-1, -2))
+    s_loc = s_loc.masked_fill_(_above_diagonal(lq, n_local, q_offset, q.device), float("-inf"))
+    vl = v.reshape(bh, n_local, dv)
     if n == 0:
         top = s_loc.detach().amax(-1, keepdim=True)
         e_loc = s_loc.sub_(top).exp2_()
@@ -82,10 +82,10 @@ _LOG2E = 1.0 / math.log(2.0)
 
 
 @functools.lru_cache(maxsize=64)
-def _above_diagonal(lq: int, lc: int, q_offset: int, device: torch.device) -> torch.Tensor:
-    """[lq, lc] bool, True where the key is in the future of the query (j > q_offset + i)."""
+def _above_diagonal(lq: int, n_local: int, q_offset: int, device: torch.device) -> torch.Tensor:
+    """[lq, n_local] bool, True where the key is in the future of the query (j > q_offset + i)."""
     with torch.inference_mode(False), torch.no_grad():
-        return torch.ones(lq, lc, dtype=torch.bool, device=device).triu_(1 + q_offset)
+        return torch.ones(lq, n_local, dtype=torch.bool, device=device).triu_(1 + q_offset)
 
 
 def max_similarity(k: torch.Tensor, dict_keys: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -254,9 +254,9 @@ def _absorb(
     max) and the assignment (the argmax); the assignment then only compares against the m new slots:
     a new slot wins when strictly closer, which is ``argmax`` over [old | new] with first index on ties.
     """
-    n_slots, lc = params.num_slots, k.shape[2]
+    n_slots, n_local = params.num_slots, k.shape[2]
     n_active = state.n_active
-    n_new = max(min(growth_target(state.seen + lc, params) - n_active, lc), 0)
+    n_new = max(min(growth_target(state.seen + n_local, params) - n_active, n_local), 0)
     keys, values, counts = state.keys, state.values, state.counts
     kd = k.detach()
     if n_active > 0:
@@ -287,7 +287,7 @@ def _absorb(
         n_active = hi
     keys, values, counts = prims.merge(keys, values, counts, slot, k, v, inplace)
     return dataclasses.replace(
-        state, keys=keys, values=values, counts=counts, seen=state.seen + lc, n_active=n_active
+        state, keys=keys, values=values, counts=counts, seen=state.seen + n_local, n_active=n_active
     )
 
 

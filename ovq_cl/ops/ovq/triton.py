@@ -52,11 +52,11 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _read_fwd_kernel(
-    Q, K, V, DK, DV, LC, BETA, O, LSE,
+    Q, K, V, DICT_K, DICT_V, LOG_C, BETA, O, LSE,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
-    sdk_b, sdk_h, sdk_n, sdv_b, sdv_h, sdv_n, slc_b, slc_h,
+    sdict_k_b, sdict_k_h, sdict_k_n, sdict_v_b, sdict_v_h, sdict_v_n, slog_c_b, slog_c_h,
     so_b, so_h, so_l,
-    H, LQ, LCH, NDICT, DKDIM, DVDIM, Q_OFFSET,
+    H, LQ, LCH, NDICT, KEY_DIM, VALUE_DIM, Q_OFFSET,
     ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
@@ -65,14 +65,14 @@ def _read_fwd_kernel(
     b = pid_bh // H
     h = pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_kdim = tl.arange(0, BLOCK_DK)
+    offs_vdim = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < LQ
-    dk_ok = offs_dk < DKDIM
-    dv_ok = offs_dv < DVDIM
+    kdim_ok = offs_kdim < KEY_DIM
+    vdim_ok = offs_vdim < VALUE_DIM
     beta = tl.load(BETA + h).to(ACC)
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_dk[None, :],
-                mask=row_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC) * beta
+    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_kdim[None, :],
+                mask=row_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC) * beta
     m_i = tl.full([BLOCK_M], float("-inf"), ACC)
     l_i = tl.zeros([BLOCK_M], ACC)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], ACC)
@@ -80,17 +80,17 @@ def _read_fwd_kernel(
     for start_n in range(0, NDICT, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < NDICT
-        kt = tl.load(DK + b * sdk_b + h * sdk_h + offs_n[None, :] * sdk_n + offs_dk[:, None],
-                     mask=col_ok[None, :] & dk_ok[:, None], other=0.0).to(ACC)
-        bias = tl.load(LC + b * slc_b + h * slc_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
+        kt = tl.load(DICT_K + b * sdict_k_b + h * sdict_k_h + offs_n[None, :] * sdict_k_n + offs_kdim[:, None],
+                     mask=col_ok[None, :] & kdim_ok[:, None], other=0.0).to(ACC)
+        bias = tl.load(LOG_C + b * slog_c_b + h * slog_c_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
         s = tl.dot(q, kt, input_precision="ieee", out_dtype=ACC) + bias[None, :]
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        vv = tl.load(DV + b * sdv_b + h * sdv_h + offs_n[:, None] * sdv_n + offs_dv[None, :],
-                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        vv = tl.load(DICT_V + b * sdict_v_b + h * sdict_v_h + offs_n[:, None] * sdict_v_n + offs_vdim[None, :],
+                     mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
         acc = acc * alpha[:, None] + tl.dot(p, vv, input_precision="ieee", out_dtype=ACC)
         m_i = m_new
     # the chunk's own keys, count 1 each, causal: query i sees local positions j <= Q_OFFSET + i
@@ -98,8 +98,8 @@ def _read_fwd_kernel(
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < LCH
-        kt = tl.load(K + b * sk_b + h * sk_h + offs_n[None, :] * sk_l + offs_dk[:, None],
-                     mask=col_ok[None, :] & dk_ok[:, None], other=0.0).to(ACC)
+        kt = tl.load(K + b * sk_b + h * sk_h + offs_n[None, :] * sk_l + offs_kdim[:, None],
+                     mask=col_ok[None, :] & kdim_ok[:, None], other=0.0).to(ACC)
         s = tl.dot(q, kt, input_precision="ieee", out_dtype=ACC)
         seen = col_ok[None, :] & (offs_n[None, :] <= (Q_OFFSET + offs_m)[:, None])
         s = tl.where(seen, s, float("-inf"))
@@ -108,14 +108,14 @@ def _read_fwd_kernel(
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        vv = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l + offs_dv[None, :],
-                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        vv = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l + offs_vdim[None, :],
+                     mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
         acc = acc * alpha[:, None] + tl.dot(p, vv, input_precision="ieee", out_dtype=ACC)
         m_i = m_new
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     out = acc / l_safe[:, None]
-    tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_dv[None, :],
-             out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
+    tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_vdim[None, :],
+             out.to(O.dtype.element_ty), mask=row_ok[:, None] & vdim_ok[None, :])
     lse = tl.where(l_i > 0, m_i + tl.log(l_safe), float("-inf"))
     tl.store(LSE + pid_bh * LQ + offs_m, lse, mask=row_ok)
 
@@ -126,7 +126,7 @@ def _read_fwd_kernel(
 def _read_bwd_kv_kernel(
     Q, KEYS, VALS, BIAS, BETA, DO, LSE, DELTA, DKEYS, DVALS, DBIAS,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sb_b, sb_h, sdo_b, sdo_h, sdo_l,
-    H, LQ, NCOLS, DKDIM, DVDIM, Q_OFFSET,
+    H, LQ, NCOLS, KEY_DIM, VALUE_DIM, Q_OFFSET,
     IS_LOCAL: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
@@ -137,16 +137,16 @@ def _read_bwd_kv_kernel(
     b = pid_bh // H
     h = pid_bh % H
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_kdim = tl.arange(0, BLOCK_DK)
+    offs_vdim = tl.arange(0, BLOCK_DV)
     col_ok = offs_n < NCOLS
-    dk_ok = offs_dk < DKDIM
-    dv_ok = offs_dv < DVDIM
+    kdim_ok = offs_kdim < KEY_DIM
+    vdim_ok = offs_vdim < VALUE_DIM
     beta = tl.load(BETA + h).to(ACC)
-    kk = tl.load(KEYS + b * sk_b + h * sk_h + offs_n[:, None] * sk_n + offs_dk[None, :],
-                 mask=col_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC)
-    vv = tl.load(VALS + b * sv_b + h * sv_h + offs_n[:, None] * sv_n + offs_dv[None, :],
-                 mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+    kk = tl.load(KEYS + b * sk_b + h * sk_h + offs_n[:, None] * sk_n + offs_kdim[None, :],
+                 mask=col_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC)
+    vv = tl.load(VALS + b * sv_b + h * sv_h + offs_n[:, None] * sv_n + offs_vdim[None, :],
+                 mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
     if IS_LOCAL:
         bias = tl.zeros([BLOCK_N], ACC)
         lo = tl.maximum(pid_n * BLOCK_N - Q_OFFSET, 0)
@@ -154,16 +154,16 @@ def _read_bwd_kv_kernel(
     else:
         bias = tl.load(BIAS + b * sb_b + h * sb_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
         lo = 0
-    dk_acc = tl.zeros([BLOCK_N, BLOCK_DK], ACC)
-    dv_acc = tl.zeros([BLOCK_N, BLOCK_DV], ACC)
+    grad_k_acc = tl.zeros([BLOCK_N, BLOCK_DK], ACC)
+    grad_v_acc = tl.zeros([BLOCK_N, BLOCK_DV], ACC)
     db_acc = tl.zeros([BLOCK_N], ACC)
     for start_m in range(lo, LQ, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_ok = offs_m < LQ
-        q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_dk[None, :],
-                    mask=row_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC) * beta
-        do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l + offs_dv[None, :],
-                     mask=row_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_kdim[None, :],
+                    mask=row_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC) * beta
+        do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l + offs_vdim[None, :],
+                     mask=row_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
         lse = tl.load(LSE + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
         delta = tl.load(DELTA + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
         s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC) + bias[None, :]
@@ -173,24 +173,24 @@ def _read_bwd_kv_kernel(
         p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
         ds = p * (dp - delta[:, None])
-        dv_acc += tl.dot(tl.trans(p), do, input_precision="ieee", out_dtype=ACC)
-        dk_acc += tl.dot(tl.trans(ds), q, input_precision="ieee", out_dtype=ACC)
+        grad_v_acc += tl.dot(tl.trans(p), do, input_precision="ieee", out_dtype=ACC)
+        grad_k_acc += tl.dot(tl.trans(ds), q, input_precision="ieee", out_dtype=ACC)
         db_acc += tl.sum(ds, 0)
     # gradients are written to contiguous [B*H, NCOLS, D] buffers
-    tl.store(DKEYS + (pid_bh * NCOLS + offs_n[:, None]) * DKDIM + offs_dk[None, :],
-             dk_acc, mask=col_ok[:, None] & dk_ok[None, :])
-    tl.store(DVALS + (pid_bh * NCOLS + offs_n[:, None]) * DVDIM + offs_dv[None, :],
-             dv_acc, mask=col_ok[:, None] & dv_ok[None, :])
+    tl.store(DKEYS + (pid_bh * NCOLS + offs_n[:, None]) * KEY_DIM + offs_kdim[None, :],
+             grad_k_acc, mask=col_ok[:, None] & kdim_ok[None, :])
+    tl.store(DVALS + (pid_bh * NCOLS + offs_n[:, None]) * VALUE_DIM + offs_vdim[None, :],
+             grad_v_acc, mask=col_ok[:, None] & vdim_ok[None, :])
     if not IS_LOCAL:
         tl.store(DBIAS + pid_bh * NCOLS + offs_n, db_acc, mask=col_ok)
 
 
 @triton.jit
 def _read_bwd_q_kernel(
-    Q, K, V, DK, DV, LC, BETA, DO, LSE, DELTA, DQS,
+    Q, K, V, DICT_K, DICT_V, LOG_C, BETA, DO, LSE, DELTA, DQS,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
-    sdk_b, sdk_h, sdk_n, sdv_b, sdv_h, sdv_n, slc_b, slc_h, sdo_b, sdo_h, sdo_l,
-    H, LQ, LCH, NDICT, DKDIM, DVDIM, Q_OFFSET,
+    sdict_k_b, sdict_k_h, sdict_k_n, sdict_v_b, sdict_v_h, sdict_v_n, slog_c_b, slog_c_h, sdo_b, sdo_h, sdo_l,
+    H, LQ, LCH, NDICT, KEY_DIM, VALUE_DIM, Q_OFFSET,
     ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
@@ -201,27 +201,27 @@ def _read_bwd_q_kernel(
     b = pid_bh // H
     h = pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_kdim = tl.arange(0, BLOCK_DK)
+    offs_vdim = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < LQ
-    dk_ok = offs_dk < DKDIM
-    dv_ok = offs_dv < DVDIM
+    kdim_ok = offs_kdim < KEY_DIM
+    vdim_ok = offs_vdim < VALUE_DIM
     beta = tl.load(BETA + h).to(ACC)
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_dk[None, :],
-                mask=row_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC) * beta
-    do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l + offs_dv[None, :],
-                 mask=row_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_kdim[None, :],
+                mask=row_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC) * beta
+    do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l + offs_vdim[None, :],
+                 mask=row_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
     lse = tl.load(LSE + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
     delta = tl.load(DELTA + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_DK], ACC)
     for start_n in range(0, NDICT, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < NDICT
-        kk = tl.load(DK + b * sdk_b + h * sdk_h + offs_n[:, None] * sdk_n + offs_dk[None, :],
-                     mask=col_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC)
-        vv = tl.load(DV + b * sdv_b + h * sdv_h + offs_n[:, None] * sdv_n + offs_dv[None, :],
-                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
-        bias = tl.load(LC + b * slc_b + h * slc_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
+        kk = tl.load(DICT_K + b * sdict_k_b + h * sdict_k_h + offs_n[:, None] * sdict_k_n + offs_kdim[None, :],
+                     mask=col_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC)
+        vv = tl.load(DICT_V + b * sdict_v_b + h * sdict_v_h + offs_n[:, None] * sdict_v_n + offs_vdim[None, :],
+                     mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
+        bias = tl.load(LOG_C + b * slog_c_b + h * slog_c_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
         s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC) + bias[None, :]
         p = tl.where(row_ok[:, None] & col_ok[None, :], tl.exp(s - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
@@ -231,27 +231,27 @@ def _read_bwd_q_kernel(
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < LCH
-        kk = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_l + offs_dk[None, :],
-                     mask=col_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC)
-        vv = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l + offs_dv[None, :],
-                     mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(ACC)
+        kk = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_l + offs_kdim[None, :],
+                     mask=col_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC)
+        vv = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l + offs_vdim[None, :],
+                     mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
         s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC)
         ok = row_ok[:, None] & col_ok[None, :] & (offs_n[None, :] <= (Q_OFFSET + offs_m)[:, None])
         p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds, kk, input_precision="ieee", out_dtype=ACC)
-    tl.store(DQS + (pid_bh * LQ + offs_m[:, None]) * DKDIM + offs_dk[None, :], dq,
-             mask=row_ok[:, None] & dk_ok[None, :])
+    tl.store(DQS + (pid_bh * LQ + offs_m[:, None]) * KEY_DIM + offs_kdim[None, :], dq,
+             mask=row_ok[:, None] & kdim_ok[None, :])
 
 
 # -------------------------------------------------------------------------------- max similarity
 
 @triton.jit
 def _max_sim_kernel(
-    K, DK, BEST, ARG,
-    sk_b, sk_h, sk_l, sdk_b, sdk_h, sdk_n,
-    H, L, NDICT, DKDIM,
+    K, DICT_K, BEST, ARG,
+    sk_b, sk_h, sk_l, sdict_k_b, sdict_k_h, sdict_k_n,
+    H, L, NDICT, KEY_DIM,
     ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -259,18 +259,18 @@ def _max_sim_kernel(
     b = pid_bh // H
     h = pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_kdim = tl.arange(0, BLOCK_DK)
     row_ok = offs_m < L
-    dk_ok = offs_dk < DKDIM
-    k = tl.load(K + b * sk_b + h * sk_h + offs_m[:, None] * sk_l + offs_dk[None, :],
-                mask=row_ok[:, None] & dk_ok[None, :], other=0.0).to(ACC)
+    kdim_ok = offs_kdim < KEY_DIM
+    k = tl.load(K + b * sk_b + h * sk_h + offs_m[:, None] * sk_l + offs_kdim[None, :],
+                mask=row_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC)
     best = tl.full([BLOCK_M], float("-inf"), ACC)
     arg = tl.zeros([BLOCK_M], tl.int32)
     for start_n in range(0, NDICT, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < NDICT
-        dt = tl.load(DK + b * sdk_b + h * sdk_h + offs_n[None, :] * sdk_n + offs_dk[:, None],
-                     mask=col_ok[None, :] & dk_ok[:, None], other=0.0).to(ACC)
+        dt = tl.load(DICT_K + b * sdict_k_b + h * sdict_k_h + offs_n[None, :] * sdict_k_n + offs_kdim[:, None],
+                     mask=col_ok[None, :] & kdim_ok[:, None], other=0.0).to(ACC)
         s = tl.dot(k, dt, input_precision="ieee", out_dtype=ACC)
         s = tl.where(col_ok[None, :], s, float("-inf"))
         tile_best = tl.max(s, 1)
@@ -306,83 +306,83 @@ def _nonempty(*ts: torch.Tensor):
     return [t if t.numel() else torch.zeros((1,) * t.dim(), device=t.device, dtype=t.dtype) for t in ts]
 
 
-def _read_forward(q, k, v, dk_, dv_, lc, beta, q_offset):
-    bsz, heads, lq, dkdim = q.shape
-    lch, dvdim, n = k.shape[2], v.shape[-1], dk_.shape[2]
+def _read_forward(q, k, v, dict_keys, dict_values, log_counts, beta, q_offset):
+    bsz, heads, lq, key_dim = q.shape
+    chunk_len, value_dim, n = k.shape[2], v.shape[-1], dict_keys.shape[2]
     if n == 0:
-        dk_, dv_, lc = _nonempty(dk_, dv_, lc)
-    o = torch.empty(bsz, heads, lq, dvdim, device=q.device, dtype=q.dtype)
+        dict_keys, dict_values, log_counts = _nonempty(dict_keys, dict_values, log_counts)
+    o = torch.empty(bsz, heads, lq, value_dim, device=q.device, dtype=q.dtype)
     lse = torch.empty(bsz * heads, lq, device=q.device, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
-    bm, bn, bdk, bdv = _blocks(lq, dkdim, dvdim)
+    bm, bn, block_kdim, block_vdim = _blocks(lq, key_dim, value_dim)
     grid = (triton.cdiv(lq, bm), bsz * heads)
     _read_fwd_kernel[grid](
-        q, k, v, dk_, dv_, lc, beta, o, lse,
+        q, k, v, dict_keys, dict_values, log_counts, beta, o, lse,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), dk_.stride(0), dk_.stride(1), dk_.stride(2),
-        dv_.stride(0), dv_.stride(1), dv_.stride(2), lc.stride(0), lc.stride(1),
+        v.stride(0), v.stride(1), v.stride(2), dict_keys.stride(0), dict_keys.stride(1), dict_keys.stride(2),
+        dict_values.stride(0), dict_values.stride(1), dict_values.stride(2), log_counts.stride(0), log_counts.stride(1),
         o.stride(0), o.stride(1), o.stride(2),
-        heads, lq, lch, n, dkdim, dvdim, q_offset,
-        ACC=_acc_dtype(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=bdk, BLOCK_DV=bdv,
+        heads, lq, chunk_len, n, key_dim, value_dim, q_offset,
+        ACC=_acc_dtype(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=block_kdim, BLOCK_DV=block_vdim,
     )
     return o, lse
 
 
-def _read_backward(q, k, v, dk_, dv_, lc, beta, o, lse, do, q_offset, needs):
-    bsz, heads, lq, dkdim = q.shape
-    lch, dvdim, n = k.shape[2], v.shape[-1], dk_.shape[2]
+def _read_backward(q, k, v, dict_keys, dict_values, log_counts, beta, o, lse, do, q_offset, needs):
+    bsz, heads, lq, key_dim = q.shape
+    chunk_len, value_dim, n = k.shape[2], v.shape[-1], dict_keys.shape[2]
     acc_t = lse.dtype
     bh = bsz * heads
     delta = (do.to(acc_t) * o.to(acc_t)).sum(-1).reshape(bh, lq).contiguous()
-    bm, bn, bdk, bdv = _blocks(lq, dkdim, dvdim)
+    bm, bn, block_kdim, block_vdim = _blocks(lq, key_dim, value_dim)
     ACC = _acc_dtype(q.dtype)
-    dq = dk = dv = ddk = ddv = dlc = dbeta = None
-    empty = (dk_, dv_, lc)
+    dq = dk = dv = grad_dict_keys = grad_dict_values = grad_log_counts = dbeta = None
+    empty = (dict_keys, dict_values, log_counts)
     if n == 0:
-        dk_, dv_, lc = _nonempty(dk_, dv_, lc)
+        dict_keys, dict_values, log_counts = _nonempty(dict_keys, dict_values, log_counts)
     if needs["q"] or needs["beta"]:
-        dqs = torch.empty(bh, lq, dkdim, device=q.device, dtype=acc_t)
+        dqs = torch.empty(bh, lq, key_dim, device=q.device, dtype=acc_t)
         _read_bwd_q_kernel[(triton.cdiv(lq, bm), bh)](
-            q, k, v, dk_, dv_, lc, beta, do, lse, delta, dqs,
+            q, k, v, dict_keys, dict_values, log_counts, beta, do, lse, delta, dqs,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), dk_.stride(0), dk_.stride(1), dk_.stride(2),
-            dv_.stride(0), dv_.stride(1), dv_.stride(2), lc.stride(0), lc.stride(1),
+            v.stride(0), v.stride(1), v.stride(2), dict_keys.stride(0), dict_keys.stride(1), dict_keys.stride(2),
+            dict_values.stride(0), dict_values.stride(1), dict_values.stride(2), log_counts.stride(0), log_counts.stride(1),
             do.stride(0), do.stride(1), do.stride(2),
-            heads, lq, lch, n, dkdim, dvdim, q_offset,
-            ACC=ACC, BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=bdk, BLOCK_DV=bdv,
+            heads, lq, chunk_len, n, key_dim, value_dim, q_offset,
+            ACC=ACC, BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=block_kdim, BLOCK_DV=block_vdim,
         )
-        dqs = dqs.view(bsz, heads, lq, dkdim)
+        dqs = dqs.view(bsz, heads, lq, key_dim)
         bshape = beta.view(1, -1, 1, 1).to(acc_t)
         if needs["q"]:
             dq = (dqs * bshape).to(q.dtype)
         if needs["beta"]:
             dbeta = (dqs * q.to(acc_t)).sum(dim=(0, 2, 3)).to(beta.dtype)
     for is_local, keys, vals, ncols, want_k, want_v in (
-        (False, dk_, dv_, n, needs["dict_keys"] or needs["log_counts"], needs["dict_values"]),
-        (True, k, v, lch, needs["k"], needs["v"]),
+        (False, dict_keys, dict_values, n, needs["dict_keys"] or needs["log_counts"], needs["dict_values"]),
+        (True, k, v, chunk_len, needs["k"], needs["v"]),
     ):
         if ncols == 0 or not (want_k or want_v):
             continue
-        gk = torch.empty(bh, ncols, dkdim, device=q.device, dtype=acc_t)
-        gv = torch.empty(bh, ncols, dvdim, device=q.device, dtype=acc_t)
+        gk = torch.empty(bh, ncols, key_dim, device=q.device, dtype=acc_t)
+        gv = torch.empty(bh, ncols, value_dim, device=q.device, dtype=acc_t)
         gb = torch.empty(bh, ncols, device=q.device, dtype=acc_t) if not is_local else gk
         _read_bwd_kv_kernel[(triton.cdiv(ncols, bn), bh)](
-            q, keys, vals, lc, beta, do, lse, delta, gk, gv, gb,
+            q, keys, vals, log_counts, beta, do, lse, delta, gk, gv, gb,
             q.stride(0), q.stride(1), q.stride(2), keys.stride(0), keys.stride(1), keys.stride(2),
-            vals.stride(0), vals.stride(1), vals.stride(2), lc.stride(0), lc.stride(1),
+            vals.stride(0), vals.stride(1), vals.stride(2), log_counts.stride(0), log_counts.stride(1),
             do.stride(0), do.stride(1), do.stride(2),
-            heads, lq, ncols, dkdim, dvdim, q_offset,
-            IS_LOCAL=is_local, ACC=ACC, BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=bdk, BLOCK_DV=bdv,
+            heads, lq, ncols, key_dim, value_dim, q_offset,
+            IS_LOCAL=is_local, ACC=ACC, BLOCK_M=bm, BLOCK_N=bn, BLOCK_DK=block_kdim, BLOCK_DV=block_vdim,
         )
-        gk = gk.view(bsz, heads, ncols, dkdim).to(q.dtype)
-        gv = gv.view(bsz, heads, ncols, dvdim).to(q.dtype)
+        gk = gk.view(bsz, heads, ncols, key_dim).to(q.dtype)
+        gv = gv.view(bsz, heads, ncols, value_dim).to(q.dtype)
         if is_local:
             dk, dv = gk, gv
         else:
-            ddk, ddv = gk, gv
-            dlc = gb.view(bsz, heads, ncols).to(lc.dtype)
+            grad_dict_keys, grad_dict_values = gk, gv
+            grad_log_counts = gb.view(bsz, heads, ncols).to(log_counts.dtype)
     if n == 0:
-        ddk, ddv, dlc = (torch.zeros_like(t) for t in empty)
-    return dq, dk, dv, ddk, ddv, dlc, dbeta
+        grad_dict_keys, grad_dict_values, grad_log_counts = (torch.zeros_like(t) for t in empty)
+    return dq, dk, dv, grad_dict_keys, grad_dict_values, grad_log_counts, dbeta
 
 
 class _ChunkRead(torch.autograd.Function):
@@ -432,7 +432,7 @@ def triton_max_similarity(k: torch.Tensor, dict_keys: torch.Tensor) -> Tuple[tor
     """
     _check(k, dict_keys)
     k, dict_keys = _rows(k.detach()), _rows(dict_keys.detach().to(k.dtype))
-    bsz, heads, L, dkdim = k.shape
+    bsz, heads, L, key_dim = k.shape
     n = dict_keys.shape[2]
     if n == 0:
         raise ValueError("triton_max_similarity: the dictionary is empty")
@@ -442,8 +442,8 @@ def triton_max_similarity(k: torch.Tensor, dict_keys: torch.Tensor) -> Tuple[tor
     _max_sim_kernel[(triton.cdiv(L, bm), bsz * heads)](
         k, dict_keys, best, arg,
         k.stride(0), k.stride(1), k.stride(2), dict_keys.stride(0), dict_keys.stride(1), dict_keys.stride(2),
-        heads, L, n, dkdim,
-        ACC=_acc_dtype(k.dtype), BLOCK_M=bm, BLOCK_N=64, BLOCK_DK=_pow2(dkdim),
+        heads, L, n, key_dim,
+        ACC=_acc_dtype(k.dtype), BLOCK_M=bm, BLOCK_N=64, BLOCK_DK=_pow2(key_dim),
     )
     return best, arg
 
