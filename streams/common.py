@@ -39,6 +39,17 @@ def _tag(name: str, known: dict) -> int:
     return known[name] if name in known else 1000 + zlib.crc32(name.encode("utf-8"))
 
 
+@dataclass
+class EpisodeStreamConfig:
+    """The options every episode stream has (each stream's config subclasses this)."""
+
+    train_episodes: int = 32              # per experience
+    test_episodes: int = 8                # per experience
+    meta_train_episodes: int = 1024
+    seed: int = 0                         # in a run: the run's seed unless set (experiments.config.with_data_seed)
+    meta_seed: Optional[int] = None       # None -> seed (meta-training has its own random stream anyway)
+
+
 def seeded_rng(stream: str, purpose: str, seed: int, *index: int) -> np.random.Generator:
     """The numpy Generator of one (stream, purpose, seed, index...) tuple, through ``SeedSequence``.
 

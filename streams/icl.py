@@ -40,14 +40,14 @@ from typing import Any, List, Optional
 import numpy as np
 import torch
 
-from streams.common import EpisodeDataset, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
+from streams.common import EpisodeDataset, EpisodeStreamConfig, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
 from ovq_cl.base import IGNORE, PAD, SEP
 
 ENCODINGS = ("continuous", "tokens")
 
 
 @dataclass
-class ICLConfig:
+class ICLConfig(EpisodeStreamConfig):
     encoding: str = "continuous"          # continuous | tokens
     n_experiences: int = 4                # K
     functions_per_experience: int = 2     # F new functions per experience
@@ -56,15 +56,10 @@ class ICLConfig:
     noise_std: float = 0.0
     examples_per_episode: int = 16        # presented (f, x, y) examples of a training episode
     queries_per_episode: int = 4          # (f, x) queries after them
-    train_episodes: int = 32              # per experience
-    test_episodes: int = 8                # per experience
     test_queries: int = 8                 # queries of a test episode
     n_bins: int = 32                      # tokens: value bins
     clip: float = 3.0                     # tokens: bins cover [-clip, clip]
     seq_len: Optional[int] = None         # pad train and test episodes to this T; None -> their exact length
-    meta_train_episodes: int = 1024
-    seed: int = 0
-    meta_seed: Optional[int] = None       # None -> seed (meta-training has its own random stream anyway)
 
 
 @dataclass(frozen=True)

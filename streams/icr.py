@@ -56,7 +56,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from streams.common import EpisodeDataset, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
+from streams.common import EpisodeDataset, EpisodeStreamConfig, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
 from ovq_cl.base import IGNORE, PAD, SEP
 
 VARIANTS = ("basic", "positional")
@@ -64,7 +64,7 @@ _POSITIONAL_DEFAULTS = {"rebind_within": 2, "rebind_across": 4}
 
 
 @dataclass
-class ICRConfig:
+class ICRConfig(EpisodeStreamConfig):
     variant: str = "basic"                # basic | positional
     n_experiences: int = 4                # K
     n_keys: int = 64
@@ -77,13 +77,8 @@ class ICRConfig:
     rebind_across: Optional[int] = None   # keys of table j-1 rebound by table j; None -> 4 (positional), 0 (basic)
     rebind_fraction: Optional[float] = None   # alternative to rebind_across: round(this * facts_per_experience)
     test_rebound_keys: bool = False       # test episodes also query keys a later table rebinds (score with R_current)
-    train_episodes: int = 32              # per experience
-    test_episodes: int = 8                # per experience
     test_queries: int = 4                 # distinct keys a test episode queries
     seq_len: Optional[int] = None         # pad train and test episodes to this T; None -> their exact length
-    meta_train_episodes: int = 1024
-    seed: int = 0
-    meta_seed: Optional[int] = None       # None -> seed (meta-training has its own random stream anyway)
 
 
 @dataclass(frozen=True)

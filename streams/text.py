@@ -45,7 +45,7 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 import torch
 
-from streams.common import EpisodeDataset, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
+from streams.common import EpisodeDataset, EpisodeStreamConfig, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
 
 CODE_PACKAGES = ("json", "email", "http", "urllib", "logging", "html")
 TABLE_PATTERNS = ("cp", "iso8859_", "mac_", "koi8_")
@@ -53,20 +53,15 @@ BUILTIN_DOMAINS = ("prose", "code", "tables", "license")
 
 
 @dataclass
-class TextConfig:
+class TextConfig(EpisodeStreamConfig):
     domains: List[str] = field(default_factory=lambda: ["prose", "code", "tables"])   # one per experience
     seq_len: int = 64
-    train_episodes: int = 32              # per experience
-    test_episodes: int = 8                # per experience
     lanes: int = 1                        # windows per batch that continue each other (see module doc)
     test_fraction: float = 0.1            # share of blocks held out
     block_bytes: int = 1024
     max_bytes: Optional[int] = 1_000_000  # per domain; None -> everything
     suffixes: List[str] = field(default_factory=lambda: [".txt", ".rst", ".md", ".py", ".csv", ".json", ".html"])
     meta_domains: List[str] = field(default_factory=list)
-    meta_train_episodes: int = 1024
-    seed: int = 0
-    meta_seed: Optional[int] = None       # None -> seed
 
 
 @dataclass(frozen=True)

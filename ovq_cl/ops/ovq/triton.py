@@ -48,6 +48,59 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+# -------------------------------------------------------------------------------- kernel helpers
+
+@triton.jit
+def _offsets(start, BLOCK: tl.constexpr, LIMIT):
+    """Positions start .. start + BLOCK - 1 and which of them are inside [0, LIMIT)."""
+    offs = start + tl.arange(0, BLOCK)
+    return offs, offs < LIMIT
+
+
+@triton.jit
+def _program_tile(H, BLOCK: tl.constexpr, LIMIT, BLOCK_DK: tl.constexpr, KEY_DIM, BLOCK_DV: tl.constexpr, VALUE_DIM):
+    """This program's (lane, head) pair and tile: (pid_bh, b, h, offs, ok, offs_kdim, kdim_ok, offs_vdim,
+    vdim_ok) for a grid (tiles along a length of LIMIT, B * H)."""
+    pid_bh = tl.program_id(1)
+    offs, ok = _offsets(tl.program_id(0) * BLOCK, BLOCK, LIMIT)
+    offs_kdim, kdim_ok = _offsets(0, BLOCK_DK, KEY_DIM)
+    offs_vdim, vdim_ok = _offsets(0, BLOCK_DV, VALUE_DIM)
+    return pid_bh, pid_bh // H, pid_bh % H, offs, ok, offs_kdim, kdim_ok, offs_vdim, vdim_ok
+
+
+@triton.jit
+def _tile(PTR, b, h, s_b, s_h, s_row, offs_row, offs_col, row_ok, col_ok, ACC: tl.constexpr):
+    """A [rows, cols] tile of a [B, H, rows, cols] tensor (unit stride on cols), zero outside the masks."""
+    return tl.load(PTR + b * s_b + h * s_h + offs_row[:, None] * s_row + offs_col[None, :],
+                   mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+
+
+@triton.jit
+def _log_counts(LOG_C, b, h, s_b, s_h, offs_n, col_ok, ACC: tl.constexpr):
+    """The log-count bias of dictionary rows offs_n (-inf outside the dictionary: no weight)."""
+    return tl.load(LOG_C + b * s_b + h * s_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
+
+
+@triton.jit
+def _online_softmax_step(s, vv, m_i, l_i, acc, ACC: tl.constexpr):
+    """Folds one tile of scores s [M, N] and values vv [N, Dv] into the running max, sum and output."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p, vv, input_precision="ieee", out_dtype=ACC)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _score_gradient(s, ok, lse, do, vv, delta, ACC: tl.constexpr):
+    """(p, dS) of one tile: p from the scores and the saved logsumexp, dS = p (dO V^T - delta)."""
+    p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
+    dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
+    return p, p * (dp - delta[:, None])
+
+
 # ----------------------------------------------------------------------------------------- forward
 
 @triton.jit
@@ -61,57 +114,31 @@ def _read_fwd_kernel(
     BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_kdim = tl.arange(0, BLOCK_DK)
-    offs_vdim = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < LQ
-    kdim_ok = offs_kdim < KEY_DIM
-    vdim_ok = offs_vdim < VALUE_DIM
+    pid_bh, b, h, offs_m, row_ok, offs_kdim, kdim_ok, offs_vdim, vdim_ok = _program_tile(
+        H, BLOCK_M, LQ, BLOCK_DK, KEY_DIM, BLOCK_DV, VALUE_DIM)
     beta = tl.load(BETA + h).to(ACC)
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_kdim[None, :],
-                mask=row_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC) * beta
+    q = _tile(Q, b, h, sq_b, sq_h, sq_l, offs_m, offs_kdim, row_ok, kdim_ok, ACC) * beta
     m_i = tl.full([BLOCK_M], float("-inf"), ACC)
     l_i = tl.zeros([BLOCK_M], ACC)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], ACC)
     # the dictionary: n rows with log-count bias (-inf = empty slot)
     for start_n in range(0, NDICT, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < NDICT
-        kt = tl.load(DICT_K + b * sdict_k_b + h * sdict_k_h + offs_n[None, :] * sdict_k_n + offs_kdim[:, None],
-                     mask=col_ok[None, :] & kdim_ok[:, None], other=0.0).to(ACC)
-        bias = tl.load(LOG_C + b * slog_c_b + h * slog_c_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
-        s = tl.dot(q, kt, input_precision="ieee", out_dtype=ACC) + bias[None, :]
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        vv = tl.load(DICT_V + b * sdict_v_b + h * sdict_v_h + offs_n[:, None] * sdict_v_n + offs_vdim[None, :],
-                     mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
-        acc = acc * alpha[:, None] + tl.dot(p, vv, input_precision="ieee", out_dtype=ACC)
-        m_i = m_new
+        offs_n, col_ok = _offsets(start_n, BLOCK_N, NDICT)
+        kk = _tile(DICT_K, b, h, sdict_k_b, sdict_k_h, sdict_k_n, offs_n, offs_kdim, col_ok, kdim_ok, ACC)
+        bias = _log_counts(LOG_C, b, h, slog_c_b, slog_c_h, offs_n, col_ok, ACC)
+        s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC) + bias[None, :]
+        vv = _tile(DICT_V, b, h, sdict_v_b, sdict_v_h, sdict_v_n, offs_n, offs_vdim, col_ok, vdim_ok, ACC)
+        m_i, l_i, acc = _online_softmax_step(s, vv, m_i, l_i, acc, ACC)
     # the chunk's own keys, count 1 each, causal: query i sees local positions j <= Q_OFFSET + i
     hi = tl.minimum(LCH, Q_OFFSET + (pid_m + 1) * BLOCK_M)
     for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < LCH
-        kt = tl.load(K + b * sk_b + h * sk_h + offs_n[None, :] * sk_l + offs_kdim[:, None],
-                     mask=col_ok[None, :] & kdim_ok[:, None], other=0.0).to(ACC)
-        s = tl.dot(q, kt, input_precision="ieee", out_dtype=ACC)
+        offs_n, col_ok = _offsets(start_n, BLOCK_N, LCH)
+        kk = _tile(K, b, h, sk_b, sk_h, sk_l, offs_n, offs_kdim, col_ok, kdim_ok, ACC)
+        s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC)
         seen = col_ok[None, :] & (offs_n[None, :] <= (Q_OFFSET + offs_m)[:, None])
         s = tl.where(seen, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        vv = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l + offs_vdim[None, :],
-                     mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
-        acc = acc * alpha[:, None] + tl.dot(p, vv, input_precision="ieee", out_dtype=ACC)
-        m_i = m_new
+        vv = _tile(V, b, h, sv_b, sv_h, sv_l, offs_n, offs_vdim, col_ok, vdim_ok, ACC)
+        m_i, l_i, acc = _online_softmax_step(s, vv, m_i, l_i, acc, ACC)
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     out = acc / l_safe[:, None]
     tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_vdim[None, :],
@@ -133,46 +160,32 @@ def _read_bwd_kv_kernel(
     """One program per tile of key columns (dictionary rows, or the chunk's keys when IS_LOCAL):
     loops over the query blocks that see the tile, accumulating dK, dV (and d log c)."""
     pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_kdim = tl.arange(0, BLOCK_DK)
-    offs_vdim = tl.arange(0, BLOCK_DV)
-    col_ok = offs_n < NCOLS
-    kdim_ok = offs_kdim < KEY_DIM
-    vdim_ok = offs_vdim < VALUE_DIM
+    pid_bh, b, h, offs_n, col_ok, offs_kdim, kdim_ok, offs_vdim, vdim_ok = _program_tile(
+        H, BLOCK_N, NCOLS, BLOCK_DK, KEY_DIM, BLOCK_DV, VALUE_DIM)
     beta = tl.load(BETA + h).to(ACC)
-    kk = tl.load(KEYS + b * sk_b + h * sk_h + offs_n[:, None] * sk_n + offs_kdim[None, :],
-                 mask=col_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC)
-    vv = tl.load(VALS + b * sv_b + h * sv_h + offs_n[:, None] * sv_n + offs_vdim[None, :],
-                 mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
+    kk = _tile(KEYS, b, h, sk_b, sk_h, sk_n, offs_n, offs_kdim, col_ok, kdim_ok, ACC)
+    vv = _tile(VALS, b, h, sv_b, sv_h, sv_n, offs_n, offs_vdim, col_ok, vdim_ok, ACC)
     if IS_LOCAL:
         bias = tl.zeros([BLOCK_N], ACC)
         lo = tl.maximum(pid_n * BLOCK_N - Q_OFFSET, 0)
         lo = (lo // BLOCK_M) * BLOCK_M
     else:
-        bias = tl.load(BIAS + b * sb_b + h * sb_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
+        bias = _log_counts(BIAS, b, h, sb_b, sb_h, offs_n, col_ok, ACC)
         lo = 0
     grad_k_acc = tl.zeros([BLOCK_N, BLOCK_DK], ACC)
     grad_v_acc = tl.zeros([BLOCK_N, BLOCK_DV], ACC)
     db_acc = tl.zeros([BLOCK_N], ACC)
     for start_m in range(lo, LQ, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        row_ok = offs_m < LQ
-        q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_kdim[None, :],
-                    mask=row_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC) * beta
-        do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l + offs_vdim[None, :],
-                     mask=row_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
+        offs_m, row_ok = _offsets(start_m, BLOCK_M, LQ)
+        q = _tile(Q, b, h, sq_b, sq_h, sq_l, offs_m, offs_kdim, row_ok, kdim_ok, ACC) * beta
+        do = _tile(DO, b, h, sdo_b, sdo_h, sdo_l, offs_m, offs_vdim, row_ok, vdim_ok, ACC)
         lse = tl.load(LSE + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
         delta = tl.load(DELTA + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
         s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC) + bias[None, :]
         ok = row_ok[:, None] & col_ok[None, :]
         if IS_LOCAL:
             ok = ok & (offs_n[None, :] <= (Q_OFFSET + offs_m)[:, None])
-        p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
-        ds = p * (dp - delta[:, None])
+        p, ds = _score_gradient(s, ok, lse, do, vv, delta, ACC)
         grad_v_acc += tl.dot(tl.trans(p), do, input_precision="ieee", out_dtype=ACC)
         grad_k_acc += tl.dot(tl.trans(ds), q, input_precision="ieee", out_dtype=ACC)
         db_acc += tl.sum(ds, 0)
@@ -197,49 +210,30 @@ def _read_bwd_q_kernel(
     """One program per block of queries: the gradient of the beta-scaled queries, sum_j dS_ij K_j,
     over the dictionary tiles then the causal local tiles (scores recomputed from the logsumexp)."""
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_kdim = tl.arange(0, BLOCK_DK)
-    offs_vdim = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < LQ
-    kdim_ok = offs_kdim < KEY_DIM
-    vdim_ok = offs_vdim < VALUE_DIM
+    pid_bh, b, h, offs_m, row_ok, offs_kdim, kdim_ok, offs_vdim, vdim_ok = _program_tile(
+        H, BLOCK_M, LQ, BLOCK_DK, KEY_DIM, BLOCK_DV, VALUE_DIM)
     beta = tl.load(BETA + h).to(ACC)
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_kdim[None, :],
-                mask=row_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC) * beta
-    do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l + offs_vdim[None, :],
-                 mask=row_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
+    q = _tile(Q, b, h, sq_b, sq_h, sq_l, offs_m, offs_kdim, row_ok, kdim_ok, ACC) * beta
+    do = _tile(DO, b, h, sdo_b, sdo_h, sdo_l, offs_m, offs_vdim, row_ok, vdim_ok, ACC)
     lse = tl.load(LSE + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
     delta = tl.load(DELTA + pid_bh * LQ + offs_m, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_DK], ACC)
     for start_n in range(0, NDICT, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < NDICT
-        kk = tl.load(DICT_K + b * sdict_k_b + h * sdict_k_h + offs_n[:, None] * sdict_k_n + offs_kdim[None, :],
-                     mask=col_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC)
-        vv = tl.load(DICT_V + b * sdict_v_b + h * sdict_v_h + offs_n[:, None] * sdict_v_n + offs_vdim[None, :],
-                     mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
-        bias = tl.load(LOG_C + b * slog_c_b + h * slog_c_h + offs_n, mask=col_ok, other=float("-inf")).to(ACC)
+        offs_n, col_ok = _offsets(start_n, BLOCK_N, NDICT)
+        kk = _tile(DICT_K, b, h, sdict_k_b, sdict_k_h, sdict_k_n, offs_n, offs_kdim, col_ok, kdim_ok, ACC)
+        vv = _tile(DICT_V, b, h, sdict_v_b, sdict_v_h, sdict_v_n, offs_n, offs_vdim, col_ok, vdim_ok, ACC)
+        bias = _log_counts(LOG_C, b, h, slog_c_b, slog_c_h, offs_n, col_ok, ACC)
         s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC) + bias[None, :]
-        p = tl.where(row_ok[:, None] & col_ok[None, :], tl.exp(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
-        ds = p * (dp - delta[:, None])
+        _, ds = _score_gradient(s, row_ok[:, None] & col_ok[None, :], lse, do, vv, delta, ACC)
         dq += tl.dot(ds, kk, input_precision="ieee", out_dtype=ACC)
     hi = tl.minimum(LCH, Q_OFFSET + (pid_m + 1) * BLOCK_M)
     for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < LCH
-        kk = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_l + offs_kdim[None, :],
-                     mask=col_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC)
-        vv = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l + offs_vdim[None, :],
-                     mask=col_ok[:, None] & vdim_ok[None, :], other=0.0).to(ACC)
+        offs_n, col_ok = _offsets(start_n, BLOCK_N, LCH)
+        kk = _tile(K, b, h, sk_b, sk_h, sk_l, offs_n, offs_kdim, col_ok, kdim_ok, ACC)
+        vv = _tile(V, b, h, sv_b, sv_h, sv_l, offs_n, offs_vdim, col_ok, vdim_ok, ACC)
         s = tl.dot(q, tl.trans(kk), input_precision="ieee", out_dtype=ACC)
         ok = row_ok[:, None] & col_ok[None, :] & (offs_n[None, :] <= (Q_OFFSET + offs_m)[:, None])
-        p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(vv), input_precision="ieee", out_dtype=ACC)
-        ds = p * (dp - delta[:, None])
+        _, ds = _score_gradient(s, ok, lse, do, vv, delta, ACC)
         dq += tl.dot(ds, kk, input_precision="ieee", out_dtype=ACC)
     tl.store(DQS + (pid_bh * LQ + offs_m[:, None]) * KEY_DIM + offs_kdim[None, :], dq,
              mask=row_ok[:, None] & kdim_ok[None, :])
@@ -254,24 +248,14 @@ def _max_sim_kernel(
     H, L, NDICT, KEY_DIM,
     ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_kdim = tl.arange(0, BLOCK_DK)
-    row_ok = offs_m < L
-    kdim_ok = offs_kdim < KEY_DIM
-    k = tl.load(K + b * sk_b + h * sk_h + offs_m[:, None] * sk_l + offs_kdim[None, :],
-                mask=row_ok[:, None] & kdim_ok[None, :], other=0.0).to(ACC)
+    pid_bh, b, h, offs_m, row_ok, offs_kdim, kdim_ok, _, _ = _program_tile(H, BLOCK_M, L, BLOCK_DK, KEY_DIM, 1, 1)
+    k = _tile(K, b, h, sk_b, sk_h, sk_l, offs_m, offs_kdim, row_ok, kdim_ok, ACC)
     best = tl.full([BLOCK_M], float("-inf"), ACC)
     arg = tl.zeros([BLOCK_M], tl.int32)
     for start_n in range(0, NDICT, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < NDICT
-        dt = tl.load(DICT_K + b * sdict_k_b + h * sdict_k_h + offs_n[None, :] * sdict_k_n + offs_kdim[:, None],
-                     mask=col_ok[None, :] & kdim_ok[:, None], other=0.0).to(ACC)
-        s = tl.dot(k, dt, input_precision="ieee", out_dtype=ACC)
+        offs_n, col_ok = _offsets(start_n, BLOCK_N, NDICT)
+        dict_k = _tile(DICT_K, b, h, sdict_k_b, sdict_k_h, sdict_k_n, offs_n, offs_kdim, col_ok, kdim_ok, ACC)
+        s = tl.dot(k, tl.trans(dict_k), input_precision="ieee", out_dtype=ACC)
         s = tl.where(col_ok[None, :], s, float("-inf"))
         tile_best = tl.max(s, 1)
         tile_arg = tl.argmax(s, 1, tie_break_left=True).to(tl.int32) + start_n
