@@ -7,17 +7,41 @@ declare entry points (``ovq_cl.mixers``, ``ovq_cl.streams``, ``ovq_cl.strategies
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import List, Optional
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (sent by `timeout`, schedulers, `docker stop`), handled like Ctrl-C: the run is marked
+    KILLED in MLflow and its last checkpoint stays usable."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated("SIGTERM")
+
+
+def one_line(err: BaseException) -> str:
+    """An error message on one line (omegaconf's and others' multi-line messages joined by '; ')."""
+    parts = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return "; ".join(parts) or type(err).__name__
+
+
+#: what a user can cause and fix: printed as one line (with --debug: the traceback)
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError,
+               FloatingPointError)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="ovq-cl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     plugin = argparse.ArgumentParser(add_help=False)
     plugin.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="import this module first (it registers your mixers, streams, strategies, metrics)")
+    plugin.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
     demo = sub.add_parser("demo", parents=[plugin], help="train the small LM with each mixer on a toy recall task")
     demo.add_argument("--mixers", default=None, help="comma-separated mixer names (default: all demo mixers)")
     demo.add_argument("--steps", type=int, default=None)
@@ -26,6 +50,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     run_p = sub.add_parser("run", parents=[plugin], help="one run: meta-training, then the stream, tracked in MLflow")
     run_p.add_argument("config", help="a YAML run config (see experiments/configs/)")
     run_p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.layers=[ovq] seed=1")
+    run_p.add_argument("--rerun", action="store_true",
+                       help="run again even if this config, with this code, already finished (default: reuse it)")
     sweep_p = sub.add_parser("sweep", parents=[plugin], help="a grid of runs under one parent MLflow run, then a comparison table")
     sweep_p.add_argument("config", help="the base YAML run config")
     sweep_p.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
@@ -33,6 +59,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          help="KEY=V1;V2;... (repeatable), e.g. --grid 'model.layers=[ovq];[full]' --grid 'seed=0;1;2'")
     sweep_p.add_argument("--name", default="sweep", help="name of the parent MLflow run")
     sweep_p.add_argument("--out", default="outputs/sweeps", help="folder for the table and the plot")
+    sweep_p.add_argument("--rerun", action="store_true", help="run again the configs that already finished")
     cmp_p = sub.add_parser("compare", help="95%% intervals over seeds, and paired tests against a baseline, of "
                                            "finished runs (an MLflow experiment, or sweep JSON files)")
     cmp_p.add_argument("json", nargs="*", help="sweep JSON files (ovq-cl sweep --out); default: the MLflow experiment")
@@ -56,6 +83,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not hasattr(args, "overrides") or any(a.startswith("-") or "=" not in a for a in rest):
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         args.overrides = list(args.overrides) + rest
+    if args.command in ("run", "sweep", "study"):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _dispatch(args, parser)
+    except Terminated:
+        print("ovq-cl: terminated (SIGTERM); the run is marked KILLED and resumes from its last checkpoint "
+              "when started again", file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        print("ovq-cl: interrupted; the run is marked KILLED and resumes from its last checkpoint when "
+              "started again", file=sys.stderr)
+        return 130
+    except USER_ERRORS as err:
+        if getattr(args, "debug", False):
+            raise
+        print(f"ovq-cl: error: {one_line(err)}  (--debug for the traceback)", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args, parser) -> int:
     if getattr(args, "plugin", None):
         from ovq_cl.base import load_plugins
 
@@ -83,28 +130,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         from experiments.runner import run
 
         cfg = run_config(args.config, args.overrides, plugins=args.plugin)
-        result = run(cfg)
+        result = run(cfg, rerun=args.rerun)
         _print_result(result)
     elif args.command == "sweep":
-        import json
-        import os
-
-        from experiments import compare
+        from experiments.config import check_writable
         from experiments.sweep import expand, parse_grid, run_sweep
 
-        configs = expand(args.config, args.overrides, parse_grid(args.grid), plugins=args.plugin)
+        grid = parse_grid(args.grid)
+        configs = expand(args.config, args.overrides, grid, plugins=args.plugin)   # every config checked first
+        check_writable(args.out, "sweep --out")                 # before any run, not after all of them
         print(f"{len(configs)} runs")
-        results, failures = run_sweep(configs, args.name)
-        os.makedirs(args.out, exist_ok=True)
-        text = compare.table(results)
-        print(text)
-        with open(os.path.join(args.out, f"{args.name}.md"), "w") as fh:
-            fh.write(text + "\n")
-        with open(os.path.join(args.out, f"{args.name}.json"), "w") as fh:
-            json.dump([r.record() for r in results], fh, indent=1)
-        if results:
-            records = [compare.record_from_result(r) for r in results]
-            print("plot:", compare.curves_plot(records, os.path.join(args.out, f"{args.name}.png"), args.name))
+        results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun)
         for label, err in failures:
             print(f"FAILED {label}: {err}")
         return 1 if failures else 0
@@ -118,7 +154,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             records = compare.mlflow_records(args.experiment, args.tracking_uri, args.filter)
         if not records:
-            print("no finished runs found")
+            print("ovq-cl: no finished runs found", file=sys.stderr)
             return 1
         print(compare.summary_table(records))
         if args.baseline:
@@ -162,7 +198,8 @@ def _print_result(result) -> None:
     print(f"stream gate (mean R[j][j] vs chance {s['chance']:.3f}): skill {s['skill']:.2f} (>= {s['threshold']}): "
           f"{'learned' if s['learned'] else 'NOT LEARNED: forgetting means nothing here'}")
     print(f"state bytes per layer and lane: {[int(b) for b in result.state_bytes_per_lane]}   "
-          f"parameters: {result.parameters:,}   MLflow run: {result.run_id}")
+          f"parameters: {result.parameters:,}")
+    print(f"MLflow run: {result.run_id}   artifacts: {result.artifact_uri}   checkpoint: {result.checkpoint}")
 
 
 if __name__ == "__main__":

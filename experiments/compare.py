@@ -273,8 +273,19 @@ def _f(x: float) -> str:
 
 def mlflow_records(experiment: str, tracking_uri: str = None, filter_string: str = "") -> List[RunRecord]:
     """The finished runs of an MLflow experiment (sweep parents skipped) as records."""
-    from experiments.tracking import runs_table
+    import os
 
+    from experiments.tracking import default_tracking_uri, runs_table
+
+    uri = default_tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///") and not os.path.exists(uri[len("sqlite:///"):]):
+        raise FileNotFoundError(f"no tracking store at {uri} (reading never creates one)")
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    if client.get_experiment_by_name(experiment) is None:
+        known = sorted(e.name for e in client.search_experiments())
+        raise ValueError(f"no experiment {experiment!r} in {uri}; known: {known}")
     rows = [r for r in runs_table(experiment, tracking_uri, filter_string)
             if r["status"] == "FINISHED" and r["tags"].get("kind") != "sweep"]
     return [record_from_mlflow(r) for r in rows]

@@ -44,6 +44,7 @@ class MetaTrainSection:
     steps: int = 300
     batch_size: int = 32
     lr: float = 3e-3
+    checkpoint_every: int = 100            # meta-training steps between checkpoints (0 = never)
 
 
 @dataclass
@@ -66,8 +67,8 @@ class TrackingSection:
 @dataclass
 class CheckpointSection:
     enabled: bool = True
-    dir: str = "outputs/checkpoints"
-    resume: bool = True                    # resume from the last checkpoint of the same config
+    dir: Optional[str] = None              # None -> {output_dir}/checkpoints
+    resume: bool = True                    # resume (or reuse, when finished) the run of the same config and code
 
 
 @dataclass
@@ -108,7 +109,35 @@ class RunConfig:
         if self.gate.episodes < 1 or self.gate.batch_size < 1:
             raise ValueError(f"run config: gate.episodes and gate.batch_size must be >= 1, got "
                              f"{self.gate.episodes}, {self.gate.batch_size}")
+        _require(self.strategy.epochs >= 1, "strategy.epochs", ">= 1", self.strategy.epochs)
+        _require(self.strategy.lr > 0, "strategy.lr", "> 0", self.strategy.lr)
+        _require(self.strategy.grad_clip is None or self.strategy.grad_clip > 0, "strategy.grad_clip",
+                 "> 0 or null", self.strategy.grad_clip)
+        _require(self.meta_train.steps >= 0, "meta_train.steps", ">= 0", self.meta_train.steps)
+        _require(self.meta_train.batch_size >= 1, "meta_train.batch_size", ">= 1", self.meta_train.batch_size)
+        _require(self.meta_train.lr > 0, "meta_train.lr", "> 0", self.meta_train.lr)
+        _require(self.meta_train.checkpoint_every >= 0, "meta_train.checkpoint_every", ">= 0 (0 = never)",
+                 self.meta_train.checkpoint_every)
+        if self.checkpoint.dir is None:
+            self.checkpoint.dir = os.path.join(self.output_dir, "checkpoints")
         return self
+
+    def check_locations(self) -> None:
+        """Every place the run will write, checked before any compute: the checkpoint folder and the
+        tracking store's folder (for a local SQLite or file store)."""
+        if self.checkpoint.enabled:
+            check_writable(self.checkpoint.dir, "checkpoint.dir")
+        if self.tracking.enabled:
+            from experiments.tracking import default_tracking_uri
+
+            uri = default_tracking_uri(self.tracking.tracking_uri)
+            for scheme in ("sqlite:///", "file://"):
+                if uri.startswith(scheme):
+                    path = uri[len(scheme):]
+                    folder = os.path.dirname(os.path.abspath(path)) if scheme == "sqlite:///" else path
+                    if os.path.exists(path) and scheme == "sqlite:///" and os.path.isdir(path):
+                        raise ValueError(f"tracking store {uri}: {path} is a folder, not a database file")
+                    check_writable(folder, f"tracking store {uri}")
 
     @property
     def data_seed(self) -> Optional[int]:
@@ -127,11 +156,30 @@ class RunConfig:
             d.pop("plugins", None)          # configs without plugins keep the identity they always had
         for key in ("tracking", "checkpoint", "output_dir", "progress"):
             d.pop(key, None)
+        d["meta_train"].pop("checkpoint_every", None)    # when to save does not change what is computed
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     def label(self) -> str:
         layers = "+".join(self.model.layers)
         return f"{self.stream.name}-{layers}-{self.strategy.name}-{self.memory.policy}-s{self.seed}"
+
+
+def _require(ok: bool, key: str, allowed: str, got: Any) -> None:
+    if not ok:
+        raise ValueError(f"run config: {key} must be {allowed}, got {got!r}")
+
+
+def check_writable(folder: str, what: str) -> str:
+    """Creates ``folder`` if needed and checks that a file can be written there (ValueError otherwise)."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".ovq-cl-write-test-{os.getpid()}")
+        with open(probe, "w") as fh:
+            fh.write("")
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(f"{what}: cannot write to {folder!r} ({err.strerror or err})") from err
+    return folder
 
 
 def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins: Sequence[str] = ()) -> RunConfig:
@@ -142,7 +190,10 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins:
     if isinstance(user, (str, os.PathLike)):
         if not os.path.exists(user):
             raise FileNotFoundError(f"run config file not found: {user}")
-        user = OmegaConf.load(user)
+        try:
+            user = OmegaConf.load(user)
+        except Exception as err:  # noqa: BLE001 - yaml's errors: one message naming the file
+            raise ValueError(f"run config file {user}: not valid YAML ({str(err).splitlines()[0]})") from err
     if overrides:
         try:
             extra = OmegaConf.from_dotlist(list(overrides))

@@ -18,7 +18,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -31,8 +31,9 @@ from experiments.config import RunConfig, with_data_seed
 from ovq_cl import DecoderLM, RegressionLM
 from ovq_cl.config import model_config
 from strategies import forgetting
-from strategies.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
-from strategies.gate import GateResult, measure_gate, stream_gate
+from experiments.code_version import code_version
+from strategies.checkpoint import load_latest, save_checkpoint, set_rng_state
+from strategies.gate import measure_gate, stream_gate
 from strategies.meta import meta_train
 from strategies.metrics import ResultMatrix, n_parameters, state_metrics
 from strategies.plugins import load_plugin_states, plugin_states
@@ -70,6 +71,17 @@ class RunResult:
     parameters: int = 0
     state_bytes_per_lane: List[float] = field(default_factory=list)
     wall_seconds: float = math.nan
+    artifact_uri: Optional[str] = None
+
+    @classmethod
+    def from_record(cls, cfg: RunConfig, d: Dict[str, Any], checkpoint: Optional[str] = None) -> "RunResult":
+        """The result of a finished run, from its record (what :meth:`record` wrote)."""
+        return cls(cfg, d["metric"], d["R"], d["summary"], d["tokens_after"], d.get("state_bytes", []),
+                   d.get("run_id"), checkpoint, d.get("meta_history", []), R_se=d["R_se"], R_n=d["R_n"],
+                   current=d.get("current"), summary_current=d.get("summary_current", {}), gate=d.get("gate", {}),
+                   stream_gate=d.get("stream_gate", {}), parameters=d.get("parameters", 0),
+                   state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
+                   wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"))
 
     @property
     def learned(self) -> Optional[bool]:
@@ -87,8 +99,9 @@ class RunResult:
             "current": self.current, "summary": self.summary, "summary_current": self.summary_current,
             "gate": self.gate, "stream_gate": self.stream_gate, "learned": self.learned,
             "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
+            "state_bytes": self.state_bytes,
             "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,
-            "wall_seconds": self.wall_seconds,
+            "wall_seconds": self.wall_seconds, "artifact_uri": self.artifact_uri,
         }
 
 
@@ -114,23 +127,47 @@ class Session:
     gate: Dict[str, Any] = field(default_factory=dict)
 
 
-def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optional[int] = None) -> RunResult:
-    """Runs (or resumes) one configuration. ``stop_after=j`` stops after experience j (tests, debugging)."""
+def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optional[int] = None,
+        rerun: bool = False, announce: Callable[[str], None] = print) -> RunResult:
+    """Runs, resumes or reuses one configuration.
+
+    A run's identity is its resolved config (seeds included; tracking, paths and progress excluded)
+    and the code version (:func:`experiments.code_version.code_version`). A finished run of the same
+    identity, in the same tracking store, is reused (``rerun=True`` runs again); an unfinished one is
+    resumed from its last checkpoint; anything else starts a new run. ``stop_after=j`` stops after
+    experience j (tests, debugging). ``announce`` receives what the run does (reuse, resume, where).
+    """
     cfg = with_data_seed(cfg.check())
+    cfg.check_locations()
     started = time.perf_counter()
     seed_everything(cfg.seed)
     bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
-    ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}", "last.pt")
-    ckpt = load_checkpoint(ckpt_path) if cfg.checkpoint.enabled and cfg.checkpoint.resume and os.path.exists(ckpt_path) else None
-    tracker = _tracker(cfg, parent_run_id, None if ckpt is None else ckpt["extra"].get("run_id")) or _NullTracker()
+    if bench.info.vocab_size is not None:
+        cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
+    version = code_version()
+    ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}-{_slug(version)}", "last.pt")
+    ckpt = None
+    if cfg.checkpoint.enabled and cfg.checkpoint.resume and not rerun:
+        ckpt = _usable_checkpoint(load_latest(ckpt_path, warn=announce), cfg, announce)
+    if ckpt is not None and "result" in ckpt["extra"]:
+        announce(f"ovq-cl: reusing finished run {ckpt['extra'].get('run_id')} ({os.path.dirname(ckpt_path)}); "
+                 "pass --rerun to run again")
+        return RunResult.from_record(cfg, ckpt["extra"]["result"], ckpt_path)
+    tracker = _tracker(cfg, parent_run_id, None if ckpt is None else ckpt["extra"].get("run_id"), version) or _NullTracker()
     with tracker:
-        tracker.log_config(cfg)
         session = _new_session(cfg, bench, tracker)
         if ckpt is None:
-            _start(cfg, session, bench, tracker)
+            tracker.log_config(cfg)
+            announce(f"ovq-cl: run {cfg.label()}: MLflow run {tracker.run_id} in {tracker.tracking_uri}; "
+                     f"checkpoints in {os.path.dirname(ckpt_path) if cfg.checkpoint.enabled else '(none)'}")
+        save_meta = _meta_saver(cfg, ckpt_path, session, tracker) if cfg.checkpoint.enabled else None
+        if ckpt is None or "meta" in ckpt["extra"]:
+            _start(cfg, session, bench, tracker, save_meta, resume=ckpt)
         else:
             _resume(session, ckpt, tracker)
-        for j in range(session.next_experience, bench.info.n_experiences):
+            announce(f"ovq-cl: resuming run {tracker.run_id} at experience {session.next_experience} "
+                     f"({os.path.dirname(ckpt_path)})")
+        for j in _progress(range(session.next_experience, bench.info.n_experiences), cfg, "experiences"):
             session.strategy.train(bench.train_stream[j])
             session.tokens_after.append(session.strategy.tokens_streamed)
             session.strategy.eval(bench.test_stream)
@@ -140,7 +177,10 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
                 _save(ckpt_path, session, tracker)
             if stop_after is not None and stop_after <= j < bench.info.n_experiences - 1:
                 raise KeyboardInterrupt(f"stopped after experience {j} (stop_after)")
-        return _finish(cfg, session, bench, tracker, ckpt_path, time.perf_counter() - started)
+        result = _finish(cfg, session, bench, tracker, ckpt_path, time.perf_counter() - started)
+        if cfg.checkpoint.enabled:                    # a finished run is reused by an identical one
+            _save(ckpt_path, session, tracker, extra={"result": result.record()})
+        return result
 
 
 # ------------------------------------------------------------------------------------ the phases
@@ -174,15 +214,24 @@ def _new_session(cfg: RunConfig, bench, tracker) -> Session:
     return Session(model, strategy, optimizer, results)
 
 
-def _start(cfg: RunConfig, session: Session, bench, tracker) -> None:
-    """Phase 1: meta-training (fresh state per episode), then the learned gate on held-out episodes."""
+def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, resume=None) -> None:
+    """Phase 1: meta-training (fresh state per episode; checkpointed every ``meta_train.checkpoint_every``
+    steps, resumed from ``resume``), then the learned gate on held-out episodes."""
     metric = bench.info.metric
-    tracker.set_tags({"metric": metric, **{f"metric_definition.{k}": v for k, v in forgetting.DEFINITIONS.items()}})
-    tracker.log_dict({"metric": metric, "higher_is_better": higher_is_better(metric),
-                      "definitions": forgetting.DEFINITIONS}, "metric_definitions.json")
+    meta_progress = None
+    if resume is None:
+        tracker.set_tags({"metric": metric, **{f"metric_definition.{k}": v for k, v in forgetting.DEFINITIONS.items()}})
+        tracker.log_dict({"metric": metric, "higher_is_better": higher_is_better(metric),
+                          "definitions": forgetting.DEFINITIONS}, "metric_definitions.json")
+    else:
+        session.model.load_state_dict(resume["model"])
+        set_rng_state(resume["rng"])
+        meta_progress = resume["extra"]["meta"]
+        tracker.set_tags({"resumed_at_meta_step": meta_progress["step"]})
     session.meta_history = meta_train(
         session.model, bench.meta_train, steps=cfg.meta_train.steps, batch_size=cfg.meta_train.batch_size,
-        lr=cfg.meta_train.lr, metric=metric, seed=cfg.seed, progress=cfg.progress, log=tracker.log_metrics)
+        lr=cfg.meta_train.lr, metric=metric, seed=cfg.seed, progress=cfg.progress, log=tracker.log_metrics,
+        checkpoint_every=cfg.meta_train.checkpoint_every, save=save_meta, resume=meta_progress)
     if session.meta_history:
         tracker.log_metrics({"meta_train/final_loss": session.meta_history[-1]["loss"]}, step=0)
     source = getattr(bench, "meta_train_episodes", None)
@@ -213,14 +262,59 @@ def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
     tracker.set_tags({"resumed_at_experience": session.next_experience})
 
 
-def _save(path: str, session: Session, tracker) -> None:
+def _save(path: str, session: Session, tracker, extra: Optional[Dict[str, Any]] = None) -> None:
     save_checkpoint(
         path, model=session.model, optimizer=session.optimizer, states=session.strategy.states,
         next_experience=session.next_experience,
         metrics={"results": session.results.state_dict(), "tokens_after": session.tokens_after,
                  "meta_history": session.meta_history, "gate": session.gate},
-        extra={"run_id": tracker.run_id, "plugins": plugin_states(session.strategy.plugins)},
+        extra={"run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
+               "plugins": plugin_states(session.strategy.plugins), **(extra or {})},
     )
+
+
+def _meta_saver(cfg: RunConfig, path: str, session: Session, tracker):
+    """What meta-training calls every ``checkpoint_every`` steps: a checkpoint with its progress."""
+    def save(progress: Dict[str, Any]) -> None:
+        _save(path, session, tracker, extra={"meta": progress})
+    return save
+
+
+def _usable_checkpoint(ckpt: Optional[Dict[str, Any]], cfg: RunConfig, announce) -> Optional[Dict[str, Any]]:
+    """The checkpoint if it belongs to a run of the tracking store this run logs to (and that run still
+    exists); otherwise None, with a message: the run starts over in this store."""
+    if ckpt is None or not cfg.tracking.enabled:
+        return ckpt
+    from experiments.tracking import default_tracking_uri
+
+    uri, old_uri, run_id = default_tracking_uri(cfg.tracking.tracking_uri), ckpt["extra"].get("tracking_uri"), \
+        ckpt["extra"].get("run_id")
+    if run_id is None or old_uri != uri or not _run_exists(uri, run_id):
+        announce(f"ovq-cl: the checkpoint of this config belongs to MLflow run {run_id} in {old_uri}, which is "
+                 f"not in {uri}: starting over (pass checkpoint.resume=false to skip this check)")
+        return None
+    return ckpt
+
+
+def _run_exists(uri: str, run_id: str) -> bool:
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        MlflowClient(uri).get_run(run_id)
+    except MlflowException:
+        return False
+    return True
+
+
+def _slug(version: str) -> str:
+    return version.replace("+", "-").replace(".", "")
+
+
+def _progress(iterable, cfg: RunConfig, what: str):
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=what, disable=not cfg.progress, leave=False)
 
 
 def _experience_metrics(session: Session, j: int, metric: str) -> Dict[str, float]:
@@ -268,7 +362,7 @@ def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wa
         R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=session.gate,
         stream_gate=s_gate, parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
-        wall_seconds=wall_seconds,
+        wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
     )
     record = result.record()
     record["forgetting_curve"] = forgetting.forgetting_curve(results.R, session.tokens_after)
@@ -301,20 +395,21 @@ def _test_items(bench):
     return torch.cat(xs), torch.cat(ys)
 
 
-def _tracker(cfg: RunConfig, parent_run_id: Optional[str], run_id: Optional[str]):
+def _tracker(cfg: RunConfig, parent_run_id: Optional[str], run_id: Optional[str], version: str = ""):
     if not cfg.tracking.enabled:
         return None
     from experiments.tracking import RunTracker
 
     tags = {"stream": cfg.stream.name, "layers": "+".join(cfg.model.layers), "strategy": cfg.strategy.name,
             "memory": cfg.memory.policy, "seed": cfg.seed, "data_seed": cfg.data_seed,
-            "config_id": cfg.identity()}
+            "config_id": cfg.identity(), "code_version": version}
     return RunTracker(cfg.tracking.experiment, cfg.tracking.run_name or cfg.label(), cfg.tracking.tracking_uri,
                       parent_run_id=parent_run_id, tags=tags, run_id=run_id)
 
 
 class _NullTracker:
     run_id = None
+    tracking_uri = None
 
     def __enter__(self):
         return self

@@ -35,21 +35,55 @@ def parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:
     return grid
 
 
-def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] = None, experiment: Optional[str] = None):
-    """Runs every config; a failed run is reported and the sweep goes on. Returns (results, failures)."""
+def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] = None, experiment: Optional[str] = None,
+              grid: Optional[Dict[str, List[str]]] = None, out: Optional[str] = None, rerun: bool = False,
+              announce=print):
+    """Runs every config under one parent MLflow run; a failed run is reported and the sweep goes on.
+
+    The parent logs the grid as params and, with ``out``, the comparison table, the run records (JSON)
+    and the forgetting-curve plot as artifacts (also written to ``out``). Finished identical runs are
+    reused, never re-parented (only the runs a sweep starts are its children). Prints one line per run
+    with the time so far and an estimate of the time left. Returns (results, failures).
+    """
+    import json
+    import os
+    import time
+
+    from experiments import compare
     from experiments.runner import run
     from experiments.tracking import SweepTracker
 
     experiment = experiment or (configs[0].tracking.experiment if configs else "ovq-cl")
     results, failures = [], []
+    started = time.perf_counter()
     with SweepTracker(experiment, name, tracking_uri or (configs[0].tracking.tracking_uri if configs else None)) as parent:
         parent.set_tags({"n_runs": len(configs)})
-        for cfg in configs:
+        if grid:
+            parent.log_config({"grid": {k: list(v) for k, v in grid.items()}}, filename="grid.yaml")
+        for n, cfg in enumerate(configs, 1):
             cfg.tracking.experiment = experiment
             try:
-                results.append(run(cfg, parent_run_id=parent.run_id))
+                results.append(run(cfg, parent_run_id=parent.run_id, rerun=rerun, announce=announce))
             except Exception as err:  # one broken configuration must not lose the others
                 failures.append((cfg.label(), f"{type(err).__name__}: {err}"))
                 traceback.print_exc()
+            spent = time.perf_counter() - started
+            announce(f"[{n}/{len(configs)}] {cfg.label()} {'FAILED' if failures and failures[-1][0] == cfg.label() else 'done'}"
+                     f"; {spent:.0f} s so far, about {spent / n * (len(configs) - n):.0f} s left")
         parent.set_tags({"n_failed": len(failures)})
+        if out and results:
+            os.makedirs(out, exist_ok=True)
+            records = [compare.record_from_result(r) for r in results]
+            paths = {"table": os.path.join(out, f"{name}.md"), "json": os.path.join(out, f"{name}.json"),
+                     "plot": os.path.join(out, f"{name}.png")}
+            text = compare.table(results)
+            with open(paths["table"], "w") as fh:
+                fh.write(text + "\n")
+            with open(paths["json"], "w") as fh:
+                json.dump([r.record() for r in results], fh, indent=1)
+            compare.curves_plot(records, paths["plot"], name)
+            for path in paths.values():
+                parent.client.log_artifact(parent.run_id, path)
+            announce(text)
+            announce(f"table, records and plot: {', '.join(paths.values())} (also artifacts of MLflow run {parent.run_id})")
     return results, failures

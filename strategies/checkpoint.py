@@ -1,7 +1,9 @@
 """Checkpoints after every experience: weights, optimizer, persistent memory, metrics, RNG, progress.
 
 Written atomically (a temporary file, then a rename), so a crash mid-write leaves the previous
-checkpoint intact and usable.
+checkpoint intact and usable; the one before is kept as ``prev.pt`` beside ``last.pt``, and
+:func:`load_latest` falls back to it when the last one cannot be read (a truncated disk write, a
+file damaged by hand), saying so.
 """
 from __future__ import annotations
 
@@ -38,11 +40,49 @@ def save_checkpoint(path: str, *, model, optimizer, states, next_experience: int
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
     torch.save(payload, tmp)
+    if os.path.exists(path):
+        os.replace(path, previous_path(path))
     os.replace(tmp, path)
     return path
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read; the message names it and how to start over."""
+
+
+def previous_path(path: str) -> str:
+    return os.path.join(os.path.dirname(path), "prev.pt")
+
+
 def load_checkpoint(path: str) -> Dict[str, Any]:
+    """The checkpoint at ``path``; CheckpointError (naming the path) if it cannot be read."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    return torch.load(path, weights_only=False)
+    try:
+        payload = torch.load(path, weights_only=False)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same problem for the user
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err})") from err
+    if not isinstance(payload, dict) or "next_experience" not in payload:
+        raise CheckpointError(f"checkpoint {path} is not a checkpoint of ovq-cl")
+    return payload
+
+
+def load_latest(path: str, warn=print) -> Optional[Dict[str, Any]]:
+    """``last.pt`` at ``path``, or the previous one when the last cannot be read (with a warning);
+    None when there is none. Both unreadable: CheckpointError with the way out."""
+    if not os.path.exists(path):
+        return None
+    try:
+        return load_checkpoint(path)
+    except CheckpointError as err:
+        prev = previous_path(path)
+        if os.path.exists(prev):
+            try:
+                ckpt = load_checkpoint(prev)
+            except CheckpointError:
+                pass
+            else:
+                warn(f"ovq-cl: {err}; resuming from the previous checkpoint {prev}")
+                return ckpt
+        raise CheckpointError(f"{err}; delete {os.path.dirname(path)} or pass checkpoint.resume=false "
+                              "to start over") from err

@@ -8,7 +8,7 @@ key), scattered among thousands of other pairs for the same key. It teaches the 
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from torch.utils.data import DataLoader
@@ -22,9 +22,17 @@ from strategies.step import train_step
 def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, lr: float,
                metric: str, seed: int = 0, weight_decay: float = 0.01, grad_clip: float = 1.0,
                device="cpu", progress: bool = False, log: Optional[Callable[[Dict[str, float], int], None]] = None,
-               log_every: int = 50) -> List[Dict[str, float]]:
+               log_every: int = 50, checkpoint_every: int = 0,
+               save: Optional[Callable[[Dict[str, Any]], None]] = None,
+               resume: Optional[Dict[str, Any]] = None) -> List[Dict[str, float]]:
     """``steps`` AdamW steps on shuffled minibatches of ``dataset`` (items (x, y, t)), each from a
-    fresh state. Returns the logged history: step, loss, and the metric on the training batches."""
+    fresh state. Returns the logged history: step, loss, and the metric on the training batches.
+
+    Every ``checkpoint_every`` steps ``save(progress)`` receives what resuming needs besides the model's
+    weights (step, optimizer, schedule, history, running score); ``resume=progress`` (with the weights
+    already restored) continues from there: the shuffled order is replayed from the seed, the steps
+    already done are skipped, and the result equals an uninterrupted run's.
+    """
     if steps < 0 or batch_size < 1:
         raise ValueError(f"meta_train: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
     if steps == 0:
@@ -37,9 +45,17 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     model.train()
     history, score, step = [], SequenceScore(metric), 0
-    bar = tqdm(total=steps, desc="meta-train", disable=not progress, leave=False)
+    if resume is not None:
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        history, score = list(resume["history"]), resume["score"]
+    done = 0 if resume is None else int(resume["step"])
+    bar = tqdm(total=steps, initial=done, desc="meta-train", disable=not progress, leave=False)
     while step < steps:
         for x, y, *_ in loader:
+            if step < done:                       # replaying the order of a resumed run: no compute
+                step += 1
+                continue
             loss, out, _ = train_step(model, opt, x.to(device), y.to(device), grad_clip,
                                       where=f"in meta-training at step {step}")
             sched.step()
@@ -52,6 +68,9 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
                 score.reset()
                 if log is not None:
                     log({"meta_train/loss": row["loss"], f"meta_train/{metric}": row[metric]}, step)
+            if save is not None and checkpoint_every and step % checkpoint_every == 0 and step < steps:
+                save({"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                      "history": list(history), "score": score})
             if step >= steps:
                 break
     bar.close()

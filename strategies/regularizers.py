@@ -23,7 +23,6 @@ from torch.utils.data import DataLoader
 
 import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.benchmarks.utils import concat_datasets
-from avalanche.core import SupervisedPlugin
 from avalanche.training.plugins import EWCPlugin
 from avalanche.training.storage_policy import ExperienceBalancedBuffer, ReservoirSamplingBuffer
 from avalanche.training.utils import zerolike_params_dict

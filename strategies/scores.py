@@ -122,6 +122,16 @@ class SequenceScore:
         self.kind = kind
         self.reset()
 
+    def __getstate__(self):
+        # the metric's spec (functions) is looked up again by name: a score pickles (checkpoints)
+        state = dict(self.__dict__)
+        state.pop("spec", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.spec = METRICS.get(self.kind)
+
     def reset(self) -> None:
         # the mean of per-answer values; for MSE that is torchmetrics' MeanSquaredError over every
         # scored element, as every answer has the same number of output dims

@@ -32,6 +32,14 @@ def in_tmp(store, monkeypatch):
     return root, uri
 
 
+def checkpoint_file(cfg):
+    """The last.pt of the (only) run under cfg's checkpoint folder."""
+    import glob
+
+    (path,) = glob.glob(os.path.join(cfg.checkpoint.dir, "*", "last.pt"))
+    return path
+
+
 def cfg_for(tmp, name, **sections):
     user = {**TINY, "tracking": {"experiment": name}, "checkpoint": {"dir": str(tmp / "ckpt" / name)}}
     user.update(sections)
@@ -80,8 +88,8 @@ def test_checkpoint_resume_gives_the_same_final_metrics(in_tmp):
     cfg = cfg_for(root, "resumed")
     with pytest.raises(KeyboardInterrupt):
         run(cfg, stop_after=0)
-    assert [r["status"] for r in runs_table("resumed", uri)] == ["FAILED"]           # not left RUNNING
-    ckpt = load_checkpoint(result_path := os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}", "last.pt"))
+    assert [r["status"] for r in runs_table("resumed", uri)] == ["KILLED"]           # not left RUNNING
+    ckpt = load_checkpoint(result_path := checkpoint_file(cfg))
     assert ckpt["next_experience"] == 1 and ckpt["states"] is not None
     resumed = run(cfg)
     assert resumed.R == straight.R
@@ -112,7 +120,7 @@ def test_a_nan_loss_fails_the_run_and_keeps_the_last_checkpoint(in_tmp, monkeypa
         run(cfg)
     runs = runs_table("nan", uri)
     assert [r["status"] for r in runs] == ["FAILED"] and "non-finite" in runs[0]["tags"].get("error", "")
-    ckpt = load_checkpoint(os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}", "last.pt"))
+    ckpt = load_checkpoint(checkpoint_file(cfg))
     assert ckpt["next_experience"] == 1
     monkeypatch.setattr(sequence.SequenceTemplate, "criterion", original)
     assert len(run(cfg).R) == 3                                                       # and it resumes

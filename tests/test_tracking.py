@@ -163,8 +163,8 @@ def test_failing_run_is_failed_and_reraises(store, exc):
             run.log_metrics({"loss": 1.0}, step=0)
             raise exc
     r = store["client"].get_run(run.run_id)
-    assert r.info.status == "FAILED" and r.info.end_time is not None
-    assert r.data.tags["error"].startswith(type(exc).__name__)
+    assert r.info.status == ("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")    # Ctrl-C, SIGTERM
+    assert r.info.end_time is not None and r.data.tags["error"].startswith(type(exc).__name__)
     assert type(exc).__name__ in read_artifact(store["client"], run.run_id, "error.txt").decode()
 
 

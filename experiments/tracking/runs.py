@@ -144,7 +144,8 @@ class RunTracker:
             raise RuntimeError(f"run {self._run_id} is already active")
         self.experiment_id = self._experiment_id()
         tags = {**environment_tags(), "kind": self.kind, **self.tags}
-        if self.parent_run_id:
+        if self.parent_run_id and self._run_id is None:
+            # only a run this parent starts is its child: a reopened run keeps the parent it had
             tags["mlflow.parentRunId"] = self.parent_run_id
         tags = {_safe_key(k): _truncate(v, MAX_TAG_VALUE_LENGTH, f"tag {k!r}") for k, v in tags.items()}
         if self._run_id is None:
@@ -155,6 +156,11 @@ class RunTracker:
             self._log_tags(tags)
         self._active = True
         return self
+
+    @property
+    def artifact_uri(self) -> str:
+        """Where the run's artifacts are stored."""
+        return self.client.get_run(self.run_id).info.artifact_uri
 
     def end(self, status: str = "FINISHED") -> None:
         """End the run with ``status`` (``FINISHED``, ``FAILED`` or ``KILLED``); a no-op if not active."""
@@ -170,11 +176,12 @@ class RunTracker:
         if exc_type is None:
             self.end("FINISHED")
             return False
+        interrupted = issubclass(exc_type, KeyboardInterrupt)          # Ctrl-C, SIGTERM: KILLED, not FAILED
         try:
             self._record_error(exc_type, exc, tb)
         finally:
             try:
-                self.end("FAILED")
+                self.end("KILLED" if interrupted else "FAILED")
             except Exception:  # noqa: BLE001 - never mask the exception that ended the run
                 log.exception("could not mark MLflow run %s FAILED", self._run_id)
         return False  # re-raise

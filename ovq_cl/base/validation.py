@@ -22,4 +22,5 @@ def validate(schema: type, user: Any, what: str = "config"):
             base = OmegaConf.merge(base, user)
         return OmegaConf.to_object(base)
     except OmegaConfBaseException as err:
-        raise ValueError(f"{what}: {err}".strip()) from err
+        hint = " (a list is written in brackets: key=[a,b])" if "is not a ListConfig" in str(err) else ""
+        raise ValueError(f"{what}: {err}".strip() + hint) from err

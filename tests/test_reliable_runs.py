@@ -1,0 +1,178 @@
+"""Runs a researcher can rely on: results reused only for the same config and code, safe resume,
+another store, corrupt checkpoints, SIGTERM, meta-training checkpoints, one-line errors, early checks."""
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments.config import run_config
+from experiments.runner import run
+from experiments.tracking import runs_table
+from test_runner import TINY
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cfg_in(tmp, experiment, uri, **sections):
+    user = {**TINY, "tracking": {"experiment": experiment, "tracking_uri": uri},
+            "checkpoint": {"dir": str(tmp / "ckpt")}}
+    user.update(sections)
+    return run_config(user)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return f"sqlite:///{tmp_path / 'mlruns.db'}"
+
+
+def test_a_finished_run_is_reused_only_for_the_same_config_and_code(tmp_path, store, monkeypatch):
+    import experiments.runner as runner
+
+    said = []
+    monkeypatch.setattr(runner, "code_version", lambda: "aaaa")
+    first = run(cfg_in(tmp_path, "cache", store), announce=said.append)
+    again = run(cfg_in(tmp_path, "cache", store, progress=True), announce=said.append)    # harmless change
+    assert again.run_id == first.run_id and again.R == first.R
+    assert any(f"reusing finished run {first.run_id}" in s and "--rerun" in s for s in said)
+    assert [r["status"] for r in runs_table("cache", store)] == ["FINISHED"]
+    monkeypatch.setattr(runner, "code_version", lambda: "bbbb")                # the code changed: run again
+    changed = run(cfg_in(tmp_path, "cache", store))
+    forced = run(cfg_in(tmp_path, "cache", store), rerun=True)
+    assert len({first.run_id, changed.run_id, forced.run_id}) == 3
+    runs = runs_table("cache", store)
+    assert len(runs) == 3 and {r["tags"]["code_version"] for r in runs} == {"aaaa", "bbbb"}
+
+
+def test_resuming_with_a_harmless_setting_changed_finishes_the_same_run(tmp_path, store):
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg_in(tmp_path, "resume", store), stop_after=0)
+    resumed = run(cfg_in(tmp_path, "resume", store, progress=True))
+    (row,) = runs_table("resume", store)
+    assert row["run_id"] == resumed.run_id and row["status"] == "FINISHED"
+    assert row["params"]["progress"] == "False"          # params are the first run's; nothing clashed
+
+
+def test_the_same_config_in_another_store_starts_over_instead_of_crashing(tmp_path, store):
+    said = []
+    first = run(cfg_in(tmp_path, "stores", store))
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    second = run(cfg_in(tmp_path, "stores", other), announce=said.append)
+    assert second.run_id != first.run_id and [r["status"] for r in runs_table("stores", other)] == ["FINISHED"]
+    assert any("starting over" in s for s in said)
+    import experiments.runner as runner
+
+    runner_exists = runner._run_exists
+    try:                                                # the store was replaced: its run no longer exists
+        runner._run_exists = lambda uri, run_id: False
+        third = run(cfg_in(tmp_path, "stores", store), announce=said.append)
+    finally:
+        runner._run_exists = runner_exists
+    assert third.run_id not in (first.run_id, second.run_id)
+
+
+def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_or_says_how_to_start_over(tmp_path, store):
+    from strategies.checkpoint import CheckpointError
+
+    straight = run(cfg_in(tmp_path / "a", "corrupt", store))
+    cfg = cfg_in(tmp_path / "b", "corrupt", store)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, stop_after=1)                                                    # last.pt at 2, prev.pt at 1
+    (last,) = glob.glob(str(tmp_path / "b" / "ckpt" / "*" / "last.pt"))
+    open(last, "wb").write(b"not a checkpoint")
+    said = []
+    resumed = run(cfg_in(tmp_path / "b", "corrupt", store), announce=said.append)
+    assert resumed.R == straight.R and any("previous checkpoint" in s for s in said)
+    for name in ("last.pt", "prev.pt"):
+        open(os.path.join(os.path.dirname(last), name), "wb").write(b"garbage")
+    with pytest.raises(CheckpointError, match="checkpoint.resume=false"):
+        run(cfg_in(tmp_path / "b", "corrupt", store))
+
+
+def test_sigterm_marks_the_run_killed_and_meta_training_resumes_to_the_same_result(tmp_path):
+    """SIGTERM during meta-training (after its first checkpoint): exit 143, run KILLED; the next start
+    resumes meta-training from its checkpoint and ends with the same R as an uninterrupted run."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    args = [sys.executable, "-m", "experiments.cli", "run", os.path.join(ROOT, "experiments/configs/icr_frozen.yaml"),
+            "model.d_model=32", "model.n_heads=2", "meta_train.steps=120", "meta_train.checkpoint_every=20",
+            "stream.options.train_episodes=16", f"tracking.tracking_uri={uri}"]
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.Popen(args + ["checkpoint.dir=killed"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not glob.glob(str(tmp_path / "killed" / "*" / "last.pt")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "terminated (SIGTERM)" in err
+    (row,) = runs_table("ovq-cl", uri)
+    assert row["status"] == "KILLED" and row["tags"]["error"].startswith("Terminated")
+    resumed = subprocess.run(args + ["checkpoint.dir=killed"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    straight = subprocess.run(args + ["checkpoint.dir=straight", "tracking.experiment=straight"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0 and straight.returncode == 0, resumed.stderr[-2000:] + straight.stderr[-2000:]
+    table = lambda out: [line for line in out.splitlines() if line.startswith("R[")]     # noqa: E731
+    assert table(resumed.stdout) == table(straight.stdout) and len(table(resumed.stdout)) == 4
+    (row,) = runs_table("ovq-cl", uri)
+    assert row["status"] == "FINISHED" and "resumed_at_meta_step" in row["tags"]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("stream.name=foo", "unknown stream 'foo'"),
+    ("model.layers=ovq", "a list is written in brackets"),
+    ("strategy.epochs=-1", "strategy.epochs must be >= 1, got -1"),
+    ("model.mixers.ovq.num_slot=3", "Did you mean: 'num_slots'"),
+    ("checkpoint.dir=afile/sub", "checkpoint.dir: cannot write to"),
+])
+def test_errors_are_one_line_before_any_compute(tmp_path, monkeypatch, capsys, override, message):
+    from experiments.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    code = main(["run", os.path.join(ROOT, "experiments/configs/icr_frozen.yaml"), override, "tracking.enabled=false"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1 and err.startswith("ovq-cl: error:")
+
+
+def test_bad_yaml_and_compare_on_a_missing_store_or_experiment(tmp_path, monkeypatch, capsys):
+    from experiments.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("a: [b\n")
+    assert main(["run", "bad.yaml"]) == 2 and "not valid YAML" in capsys.readouterr().err
+    assert main(["compare", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"]) == 2
+    assert "no tracking store" in capsys.readouterr().err and not (tmp_path / "none.db").exists()
+
+
+def test_the_logged_config_is_the_one_that_ran(tmp_path, store):
+    result = run(cfg_in(tmp_path, "vocab", store))
+    (row,) = runs_table("vocab", store)
+    assert row["params"]["model.vocab_size"] == str(2 + 64 + 32)     # the stream's vocabulary, not the default
+    assert result.config.model.vocab_size == 98
+
+
+def test_a_sweep_nests_only_the_runs_it_started_and_logs_its_grid_and_table(tmp_path, store):
+    from experiments.sweep import expand, run_sweep
+
+    base = {**TINY, "tracking": {"tracking_uri": store, "experiment": "nest"}, "checkpoint": {"dir": str(tmp_path / "c")},
+            "stream": {"name": "icr", "options": {**TINY["stream"]["options"], "n_experiences": 2}}}
+    grid = {"seed": ["0", "1"]}
+    run_sweep(expand(base, [], grid), "first", grid=grid, out=str(tmp_path / "out"))
+    run_sweep(expand(base, [], grid), "second", grid=grid, out=str(tmp_path / "out2"))      # both reused
+    runs = {r["run_name"]: r for r in runs_table("nest", store)}
+    first, second = runs.pop("first"), runs.pop("second")
+    assert len(runs) == 2 and all(r["parent_run_id"] == first["run_id"] for r in runs.values())
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store)
+    for parent in (first, second):
+        names = {a.path for a in client.list_artifacts(parent["run_id"])}
+        assert {"grid.yaml", f"{parent['run_name']}.md", f"{parent['run_name']}.json",
+                f"{parent['run_name']}.png"} <= names
+    assert second["params"]["grid.seed"] == "['0', '1']"
