@@ -52,6 +52,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     run_p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.layers=[ovq] seed=1")
     run_p.add_argument("--rerun", action="store_true",
                        help="run again even if this config, with this code, already finished (default: reuse it)")
+    run_p.add_argument("--quiet", action="store_true", help="no progress bars and messages, only the result")
     sweep_p = sub.add_parser("sweep", parents=[plugin], help="a grid of runs under one parent MLflow run, then a comparison table")
     sweep_p.add_argument("config", help="the base YAML run config")
     sweep_p.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
@@ -60,6 +61,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sweep_p.add_argument("--name", default="sweep", help="name of the parent MLflow run")
     sweep_p.add_argument("--out", default="outputs/sweeps", help="folder for the table and the plot")
     sweep_p.add_argument("--rerun", action="store_true", help="run again the configs that already finished")
+    sweep_p.add_argument("--quiet", action="store_true", help="no progress bars and messages, only the table")
     cmp_p = sub.add_parser("compare", help="95%% intervals over seeds, and paired tests against a baseline, of "
                                            "finished runs (an MLflow experiment, or sweep JSON files)")
     cmp_p.add_argument("json", nargs="*", help="sweep JSON files (ovq-cl sweep --out); default: the MLflow experiment")
@@ -130,7 +132,8 @@ def _dispatch(args, parser) -> int:
         from experiments.runner import run
 
         cfg = run_config(args.config, args.overrides, plugins=args.plugin)
-        result = run(cfg, rerun=args.rerun)
+        cfg.progress = cfg.progress or not args.quiet           # one bar per phase, on stderr
+        result = run(cfg, rerun=args.rerun, announce=_silent if args.quiet else _say)
         _print_result(result)
     elif args.command == "sweep":
         from experiments.config import check_writable
@@ -138,9 +141,12 @@ def _dispatch(args, parser) -> int:
 
         grid = parse_grid(args.grid)
         configs = expand(args.config, args.overrides, grid, plugins=args.plugin)   # every config checked first
+        for cfg in configs:
+            cfg.progress = cfg.progress or not args.quiet
         check_writable(args.out, "sweep --out")                 # before any run, not after all of them
         print(f"{len(configs)} runs")
-        results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun)
+        results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun,
+                                      announce=_silent if args.quiet else _say)
         for label, err in failures:
             print(f"FAILED {label}: {err}")
         return 1 if failures else 0
@@ -174,6 +180,14 @@ def _dispatch(args, parser) -> int:
         lengths = [int(t) for t in args.lengths.split(",") if t.strip()]
         print(state_size_table(lengths, d_model=args.d_model, n_heads=args.heads))
     return 0
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _silent(message: str) -> None:
+    pass
 
 
 def _print_result(result) -> None:

@@ -85,6 +85,7 @@ class RunConfig:
     output_dir: str = "outputs"
     progress: bool = False
     plugins: List[str] = field(default_factory=list)   # modules that register user mixers, streams, ... (imported first)
+    device: str = "auto"                   # auto (cuda when available) | cpu | cuda | cuda:N
 
     def check(self) -> "RunConfig":
         """Validates every section against its registry and fills the options in (a ValueError naming the
@@ -118,9 +119,23 @@ class RunConfig:
         _require(self.meta_train.lr > 0, "meta_train.lr", "> 0", self.meta_train.lr)
         _require(self.meta_train.checkpoint_every >= 0, "meta_train.checkpoint_every", ">= 0 (0 = never)",
                  self.meta_train.checkpoint_every)
+        import torch
+
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ValueError(f"run config: device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"run config: device={self.device} but no CUDA device is available here (use auto or cpu)")
         if self.checkpoint.dir is None:
             self.checkpoint.dir = os.path.join(self.output_dir, "checkpoints")
         return self
+
+    def resolved_device(self) -> str:
+        """The torch device the run uses: ``auto`` is cuda when available, else cpu."""
+        import torch
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device
 
     def check_locations(self) -> None:
         """Every place the run will write, checked before any compute: the checkpoint folder and the
@@ -154,8 +169,10 @@ class RunConfig:
         d = self.to_dict()
         if not d.get("plugins"):
             d.pop("plugins", None)          # configs without plugins keep the identity they always had
-        for key in ("tracking", "checkpoint", "output_dir", "progress"):
+        for key in ("tracking", "checkpoint", "output_dir", "progress", "device"):
             d.pop(key, None)
+        if self.resolved_device() != "cpu":
+            d["device"] = self.resolved_device()          # another device can change the numbers
         d["meta_train"].pop("checkpoint_every", None)    # when to save does not change what is computed
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 

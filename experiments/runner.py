@@ -205,12 +205,21 @@ def _new_session(cfg: RunConfig, bench, tracker) -> Session:
     info = bench.info
     model = build_model(cfg, info)
     results = ResultMatrix(info.metric, info.n_experiences,
-                           labels_in_force=info.labels_in_force if info.facts_change else None)
+                           labels_in_force=info.labels_in_force if info.facts_change else None,
+                           context=info.metric_context)
     evaluator = EvaluationPlugin(results, loggers=_loggers(tracker))
     s = cfg.strategy
+    device = cfg.resolved_device()
+    model.to(device)
+    extra = []
+    if cfg.progress:
+        from strategies.progress import ProgressPlugin
+
+        extra.append(ProgressPlugin())
     strategy, optimizer = build_strategy(
         s.name, s.options, model=model, memory_policy=cfg.memory.policy, lr=s.lr, train_mb_size=s.train_mb_size,
-        epochs=s.epochs, grad_clip=s.grad_clip, evaluator=evaluator, seed=cfg.seed)
+        epochs=s.epochs, grad_clip=s.grad_clip, evaluator=evaluator, seed=cfg.seed, extra_plugins=extra,
+        device=device)
     return Session(model, strategy, optimizer, results)
 
 
@@ -231,12 +240,14 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
     session.meta_history = meta_train(
         session.model, bench.meta_train, steps=cfg.meta_train.steps, batch_size=cfg.meta_train.batch_size,
         lr=cfg.meta_train.lr, metric=metric, seed=cfg.seed, progress=cfg.progress, log=tracker.log_metrics,
-        checkpoint_every=cfg.meta_train.checkpoint_every, save=save_meta, resume=meta_progress)
+        checkpoint_every=cfg.meta_train.checkpoint_every, save=save_meta, resume=meta_progress,
+        context=bench.info.metric_context, device=cfg.resolved_device())
     if session.meta_history:
         tracker.log_metrics({"meta_train/final_loss": session.meta_history[-1]["loss"]}, step=0)
     source = getattr(bench, "meta_train_episodes", None)
     gate = measure_gate(session.model, None if source is None else held_out(source, cfg.gate.episodes), metric,
-                        cfg.gate.min_skill, cfg.gate.batch_size)
+                        cfg.gate.min_skill, cfg.gate.batch_size, device=cfg.resolved_device(),
+                        context=bench.info.metric_context)
     session.gate = gate.as_dict()
     tracker.log_metrics({"model/parameters": n_parameters(session.model),
                          **{f"gate/{k}": float(v) for k, v in session.gate.items() if v is not None and k != "learned"}},
@@ -250,7 +261,9 @@ def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
     if session.optimizer is not None and ckpt["optimizer"] is not None:
         session.optimizer.load_state_dict(ckpt["optimizer"])
     if ckpt["states"] is not None:
-        session.strategy.states = session.model.states_from_state_dicts(ckpt["states"])
+        device = next(session.model.parameters()).device
+        session.strategy.states = [None if s is None else s.to(device)
+                                   for s in session.model.states_from_state_dicts(ckpt["states"])]
     session.results.load_state_dict(ckpt["metrics"]["results"])
     session.tokens_after = list(ckpt["metrics"]["tokens_after"])
     session.meta_history = list(ckpt["metrics"].get("meta_history", []))
@@ -346,7 +359,8 @@ def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wa
         last = results.changed_fractions(len(results.R) - 1)
         summary_current.update({k: v for k, v in last.items() if k != "changed_answers"})
     _, test_labels = _test_items(bench)
-    s_gate = stream_gate(summary["learning_average"], test_labels, metric, cfg.gate.min_stream_skill).as_dict()
+    s_gate = stream_gate(summary["learning_average"], test_labels, metric, cfg.gate.min_stream_skill,
+                         bench.info.metric_context).as_dict()
     learned = combined_gate(session.gate.get("learned"), s_gate["learned"])
     tracker.set_tags({"learned_on_stream": _gate_tag(s_gate["learned"]), "learned_overall": _gate_tag(learned)})
     final = _prefixed(summary, "final")
@@ -426,4 +440,5 @@ def _loggers(tracker) -> list:
         return []
     from experiments.tracking import MLflowLogger
 
-    return [MLflowLogger(tracker)]
+    # Avalanche steps its metrics by training iteration, ours by experience: its names say which axis
+    return [MLflowLogger(tracker, prefix="by_iteration/")]

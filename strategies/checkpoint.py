@@ -59,7 +59,7 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        payload = torch.load(path, weights_only=False)
+        payload = torch.load(path, weights_only=False, map_location="cpu")
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same problem for the user
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err})") from err
     if not isinstance(payload, dict) or "next_experience" not in payload:

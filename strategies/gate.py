@@ -49,14 +49,14 @@ class GateResult:
 
 @torch.no_grad()
 def measure_gate(model: torch.nn.Module, dataset: Optional[Dataset], kind: str, min_skill: float,
-                 batch_size: int = 32, device="cpu") -> GateResult:
+                 batch_size: int = 32, device="cpu", context: Optional[dict] = None) -> GateResult:
     """The model's score on ``dataset`` (items (x, y), every episode from a fresh state), its skill
     against chance on the same labels, and ``learned = skill >= min_skill``."""
     if dataset is None or len(dataset) == 0:
         return GateResult(math.nan, math.nan, math.nan, math.nan, min_skill, 0, None)
     was_training = model.training
     model.eval()
-    score = SequenceScore(kind)
+    score = SequenceScore(kind, context)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_episodes)
     labels = []
     try:
@@ -67,16 +67,17 @@ def measure_gate(model: torch.nn.Module, dataset: Optional[Dataset], kind: str, 
     finally:
         model.train(was_training)
     y_all = torch.cat(labels)
-    chance = chance_score(kind, y_all)
+    chance = chance_score(kind, y_all, context)
     value = score.result()
     s = skill(kind, value, chance)
     return GateResult(value, score.standard_error(), chance, s, min_skill, len(dataset),
                       None if math.isnan(s) else bool(s >= min_skill))
 
 
-def stream_gate(learning_average: float, test_labels: torch.Tensor, kind: str, min_stream_skill: float) -> GateResult:
+def stream_gate(learning_average: float, test_labels: torch.Tensor, kind: str, min_stream_skill: float,
+                context: Optional[dict] = None) -> GateResult:
     """The stream's mean learning score R[j][j] against chance on all its test labels."""
-    chance = chance_score(kind, test_labels)
+    chance = chance_score(kind, test_labels, context)
     s = skill(kind, learning_average, chance)
     return GateResult(learning_average, math.nan, chance, s, min_stream_skill, 0,
                       None if math.isnan(s) else bool(s >= min_stream_skill))

@@ -24,7 +24,7 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
                device="cpu", progress: bool = False, log: Optional[Callable[[Dict[str, float], int], None]] = None,
                log_every: int = 50, checkpoint_every: int = 0,
                save: Optional[Callable[[Dict[str, Any]], None]] = None,
-               resume: Optional[Dict[str, Any]] = None) -> List[Dict[str, float]]:
+               resume: Optional[Dict[str, Any]] = None, context: Optional[dict] = None) -> List[Dict[str, float]]:
     """``steps`` AdamW steps on shuffled minibatches of ``dataset`` (items (x, y, t)), each from a
     fresh state. Returns the logged history: step, loss, and the metric on the training batches.
 
@@ -44,7 +44,7 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     model.train()
-    history, score, step = [], SequenceScore(metric), 0
+    history, score, step = [], SequenceScore(metric, context), 0
     if resume is not None:
         opt.load_state_dict(resume["optimizer"])
         sched.load_state_dict(resume["scheduler"])

@@ -34,12 +34,12 @@ class ResultMatrix(PluginMetric[float]):
     """
 
     def __init__(self, kind: str, n_experiences: int, labels_in_force: Optional[Callable] = None,
-                 stream_name: str = "test") -> None:
+                 stream_name: str = "test", context: Optional[dict] = None) -> None:
         super().__init__()
         self.kind, self.n, self.stream_name = kind, n_experiences, stream_name
         self.labels_in_force = labels_in_force
-        self.score = SequenceScore(kind)
-        self.current = SequenceScore(kind)
+        self.score = SequenceScore(kind, context)
+        self.current = SequenceScore(kind, context)
         self._changed = [0, 0, 0]                      # answers whose label changed, of them updated, stale
         self.R = self._empty()
         self.R_se, self.R_n = self._empty(), self._empty()

@@ -56,12 +56,12 @@ def strategy_options(name: str, user: Any = None):
 
 def build_strategy(name: str, options: Any, *, model: torch.nn.Module, memory_policy: str, lr: float,
                    train_mb_size: int, epochs: int, grad_clip: Optional[float], evaluator, seed: int,
-                   extra_plugins: Sequence[Any] = ()) -> Tuple[SequenceTemplate, Optional[torch.optim.Optimizer]]:
+                   extra_plugins: Sequence[Any] = (), device="cpu") -> Tuple[SequenceTemplate, Optional[torch.optim.Optimizer]]:
     """The Avalanche template of a run and its optimizer (None when the weights are frozen)."""
     spec = STRATEGIES.get(name)
     plugins = [PersistentMemoryPlugin(memory_policy), *spec.plugins(strategy_options(name, options), seed),
                *extra_plugins]
-    common = dict(train_mb_size=train_mb_size, train_epochs=epochs, evaluator=evaluator, plugins=plugins)
+    common = dict(train_mb_size=train_mb_size, train_epochs=epochs, evaluator=evaluator, plugins=plugins, device=device)
     if not spec.trains_weights:
         return FrozenWeights(model=model, **common), None
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

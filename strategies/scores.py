@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import ovq_cl.base.avalanche_compat  # noqa: F401  (torchmetrics imports torchvision too)
 import torch
@@ -30,11 +30,12 @@ class MetricSpec:
     target [n] or [n, d]); the score is their mean. chance(target) -> the best context-free predictor's
     score on those targets. perfect: the best possible score."""
 
-    values: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    chance: Callable[[torch.Tensor], float]
+    values: Callable[..., torch.Tensor]
+    chance: Callable[..., float]
     higher_is_better: bool
     perfect: float
     float_targets: bool = False
+    needs_context: bool = False   # values/chance take the stream's ``metric_context`` as keyword arguments
 
 
 METRICS: Registry[MetricSpec] = Registry("metric", "ovq_cl.metrics")
@@ -68,16 +69,33 @@ register_metric("bits_per_byte", MetricSpec(
     higher_is_better=False, perfect=0.0))
 
 
+def _binned_values(pred, target, bin_centers, first_value_token):
+    n = len(bin_centers)
+    centers = bin_centers.to(pred.device)
+    guess = centers[(pred.argmax(-1) - first_value_token).clamp(0, n - 1)]
+    return (guess - centers[(target - first_value_token).clamp(0, n - 1)]).pow(2)
+
+
+def _binned_chance(target, bin_centers, first_value_token):
+    values = bin_centers[(target.cpu() - first_value_token).clamp(0, len(bin_centers) - 1)].double()
+    return float(values.var(unbiased=False))
+
+
+register_metric("binned_mse", MetricSpec(                          # quantised regression (ICL, tokens)
+    values=_binned_values, chance=_binned_chance, higher_is_better=False, perfect=0.0, needs_context=True))
+
+
 def higher_is_better(kind: str) -> bool:
     return METRICS.get(kind).higher_is_better
 
 
-def chance_score(kind: str, y: torch.Tensor) -> float:
+def chance_score(kind: str, y: torch.Tensor, context: Optional[dict] = None) -> float:
     """The chance score of metric ``kind`` on labels y ([N, T] int with -100, or [N, T, d] float with NaN)."""
     target = y[scored_mask(y)]
     if target.numel() == 0:
         return math.nan
-    return METRICS.get(kind).chance(target)
+    spec = METRICS.get(kind)
+    return spec.chance(target, **(context or {})) if spec.needs_context else spec.chance(target)
 
 
 def skill(kind: str, score: float, chance: float) -> float:
@@ -117,9 +135,9 @@ class SequenceScore:
     (for accuracy: the binomial ``sqrt(p (1 - p) / (N - 1))``).
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, context: Optional[dict] = None) -> None:
         self.spec = METRICS.get(kind)
-        self.kind = kind
+        self.kind, self.context = kind, dict(context or {})
         self.reset()
 
     def __getstate__(self):
@@ -152,6 +170,8 @@ class SequenceScore:
             raise ValueError(f"metric {self.kind!r} needs {'float' if self.spec.float_targets else 'integer'} "
                              f"targets, got {target.dtype} (ICL with encoding=tokens scores token labels: "
                              "map them to values first)")
+        if self.spec.needs_context:
+            return self.spec.values(pred, target, **self.context), episode
         return self.spec.values(pred, target), episode
 
     @torch.no_grad()

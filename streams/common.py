@@ -105,6 +105,11 @@ class StreamInfo:
         ``after``. Streams whose facts never change return y."""
         return y
 
+    @property
+    def metric_context(self) -> dict:
+        """Keyword arguments a metric that needs them (``needs_context``) gets from the stream."""
+        return {}
+
 
 @dataclass
 class StreamData:

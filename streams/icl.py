@@ -74,6 +74,14 @@ class ICLInfo(StreamInfo):
     bin_centers: torch.Tensor             # [n_bins] float32 (tokens)
     first_value_token: int                # token of bin 0 (tokens)
 
+    @property
+    def metric_context(self) -> dict:
+        """For ``binned_mse`` (the tokens encoding): answers are scored as the squared error between the
+        centres of the predicted and the target bins."""
+        if self.encoding != "tokens":
+            return {}
+        return {"bin_centers": self.bin_centers, "first_value_token": self.first_value_token}
+
     def dequantize(self, tokens: torch.Tensor) -> torch.Tensor:
         """Value tokens -> bin centres (float32, same shape)."""
         return self.bin_centers[(tokens - self.first_value_token).clamp(0, len(self.bin_centers) - 1)]
@@ -207,7 +215,7 @@ def icl_data(cfg: Any = None) -> StreamData:
     continuous = cfg.encoding == "continuous"
     step = 2 * cfg.clip / cfg.n_bins
     info = ICLInfo(
-        name="icl", metric="mse", n_experiences=K, seq_len=T_train, test_seq_len=T_test,
+        name="icl", metric="mse" if continuous else "binned_mse", n_experiences=K, seq_len=T_train, test_seq_len=T_test,
         vocab_size=None if continuous else 2 + K * F + cfg.n_bins, config=cfg, encoding=cfg.encoding,
         d_in=K * F + cfg.d_x + cfg.d_y + 1 if continuous else None, d_out=cfg.d_y if continuous else None,
         weights=torch.from_numpy(W.astype(np.float32)), function_ids=ids,

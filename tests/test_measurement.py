@@ -240,3 +240,17 @@ def test_the_meta_training_set_is_the_task_not_the_facts():
                 pairs += (k, v) in facts
     rate = pairs / seen
     assert abs(rate - 1 / data.info.config.n_values) < 0.02, rate
+
+
+def test_binned_mse_scores_quantised_answers_by_their_bin_centres():
+    """ICL with encoding=tokens (review finding: it crashed): the predicted bin's centre against the
+    target bin's centre; chance is the variance of the targets' centres."""
+    centers = torch.tensor([-1.0, 0.0, 2.0])
+    context = {"bin_centers": centers, "first_value_token": 10}
+    score = SequenceScore("binned_mse", context)
+    out = torch.zeros(1, 2, 13)
+    out[0, 0, 12] = 1.0                       # predicts bin 2 (2.0) where the target is bin 0 (-1.0): error 9
+    out[0, 1, 11] = 1.0                       # predicts bin 1 (0.0), target bin 1: error 0
+    score.update(out, torch.tensor([[10, 11]]))
+    assert score.result() == pytest.approx(4.5)
+    assert chance_score("binned_mse", torch.tensor([[10, 12]]), context) == pytest.approx(2.25)

@@ -29,9 +29,9 @@ class MLflowLogger(BaseLogger):
     inside ``with tracker:``.
     """
 
-    def __init__(self, tracker: RunTracker):
+    def __init__(self, tracker: RunTracker, prefix: str = ""):
         super().__init__()
-        self.tracker = tracker
+        self.tracker, self.prefix = tracker, prefix
         self.skipped: set = set()
 
     def _triples(self, name: str, value: Any, x_plot: Any) -> List[Tuple[str, float, int]]:
@@ -45,7 +45,7 @@ class MLflowLogger(BaseLogger):
                 log.debug("MLflowLogger: skipping non-scalar metric %s (%s)", name, type(value).__name__)
                 self.skipped.add(name)
             return []
-        return [(name, v, 0 if x_plot is None else int(x_plot))]
+        return [(self.prefix + name, v, 0 if x_plot is None else int(x_plot))]
 
     def log_single_metric(self, name, value, x_plot) -> None:
         self.tracker.log_metric_values(self._triples(name, value, x_plot))
