@@ -196,13 +196,13 @@ def summary_table(records: Iterable[RunRecord]) -> str:
     records = list(records)
     groups = group_records(records)
     metric = ", ".join(sorted({r.metric for r in records})) or "?"
-    head = ["configuration", "n", "learned gate", *COLUMNS, "state bytes/layer/lane", "parameters"]
+    head = ["configuration", "metric", "n", "learned gate", *COLUMNS, "state bytes/layer/lane", "parameters"]
     lines = [f"metric: {metric}; cells: mean ± std [95% CI] (n seeds); forgetting_max: Chaudhry et al. 2018, "
              "forgetting_learned: Avalanche's (R[i][i] - R[j][i])", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(groups):
         runs = groups[key]
-        cells = [key, str(len(runs)), _gate_cell(runs)]
+        cells = [key, ", ".join(sorted({r.metric for r in runs})), str(len(runs)), _gate_cell(runs)]
         cells += [_cell(runs, c, needs_learning=c in FORGETTING) for c in COLUMNS]
         cells += [_bytes_cell(runs), f"{runs[0].parameters:,}"]
         lines.append("| " + " | ".join(cells) + " |")

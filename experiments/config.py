@@ -86,6 +86,7 @@ class RunConfig:
     progress: bool = False
     plugins: List[str] = field(default_factory=list)   # modules that register user mixers, streams, ... (imported first)
     device: str = "auto"                   # auto (cuda when available) | cpu | cuda | cuda:N
+    precision: str = "fp32"                # fp32 | bf16 | fp16 (torch.autocast on the device; fp16 on CUDA only)
 
     def check(self) -> "RunConfig":
         """Validates every section against its registry and fills the options in (a ValueError naming the
@@ -125,6 +126,10 @@ class RunConfig:
             raise ValueError(f"run config: device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"run config: device={self.device} but no CUDA device is available here (use auto or cpu)")
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"run config: precision must be fp32, bf16 or fp16, got {self.precision!r}")
+        if self.precision == "fp16" and not self.resolved_device().startswith("cuda"):
+            raise ValueError("run config: precision=fp16 needs a CUDA device (use bf16 on the CPU)")
         if self.checkpoint.dir is None:
             self.checkpoint.dir = os.path.join(self.output_dir, "checkpoints")
         return self
@@ -171,6 +176,8 @@ class RunConfig:
             d.pop("plugins", None)          # configs without plugins keep the identity they always had
         for key in ("tracking", "checkpoint", "output_dir", "progress", "device"):
             d.pop(key, None)
+        if d.get("precision") == "fp32":
+            d.pop("precision")                            # the default keeps the identity it always had
         if self.resolved_device() != "cpu":
             d["device"] = self.resolved_device()          # another device can change the numbers
         d["meta_train"].pop("checkpoint_every", None)    # when to save does not change what is computed

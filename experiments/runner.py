@@ -158,6 +158,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
         session = _new_session(cfg, bench, tracker)
         if ckpt is None:
             tracker.log_config(cfg)
+            _close_orphans(cfg, tracker, announce)
             announce(f"ovq-cl: run {cfg.label()}: MLflow run {tracker.run_id} in {tracker.tracking_uri}; "
                      f"checkpoints in {os.path.dirname(ckpt_path) if cfg.checkpoint.enabled else '(none)'}")
         save_meta = _meta_saver(cfg, ckpt_path, session, tracker) if cfg.checkpoint.enabled else None
@@ -168,9 +169,10 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
             announce(f"ovq-cl: resuming run {tracker.run_id} at experience {session.next_experience} "
                      f"({os.path.dirname(ckpt_path)})")
         for j in _progress(range(session.next_experience, bench.info.n_experiences), cfg, "experiences"):
-            session.strategy.train(bench.train_stream[j])
-            session.tokens_after.append(session.strategy.tokens_streamed)
-            session.strategy.eval(bench.test_stream)
+            with _autocast(cfg):
+                session.strategy.train(bench.train_stream[j])
+                session.tokens_after.append(session.strategy.tokens_streamed)
+                session.strategy.eval(bench.test_stream)
             tracker.log_metrics(_experience_metrics(session, j, bench.info.metric), step=j)
             session.next_experience = j + 1
             if cfg.checkpoint.enabled:
@@ -237,22 +239,28 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
         set_rng_state(resume["rng"])
         meta_progress = resume["extra"]["meta"]
         tracker.set_tags({"resumed_at_meta_step": meta_progress["step"]})
-    session.meta_history = meta_train(
-        session.model, bench.meta_train, steps=cfg.meta_train.steps, batch_size=cfg.meta_train.batch_size,
-        lr=cfg.meta_train.lr, metric=metric, seed=cfg.seed, progress=cfg.progress, log=tracker.log_metrics,
-        checkpoint_every=cfg.meta_train.checkpoint_every, save=save_meta, resume=meta_progress,
-        context=bench.info.metric_context, device=cfg.resolved_device())
+    with _autocast(cfg):
+        session.meta_history = _meta_train(cfg, session, bench, tracker, metric, save_meta, meta_progress)
     if session.meta_history:
         tracker.log_metrics({"meta_train/final_loss": session.meta_history[-1]["loss"]}, step=0)
     source = getattr(bench, "meta_train_episodes", None)
-    gate = measure_gate(session.model, None if source is None else held_out(source, cfg.gate.episodes), metric,
-                        cfg.gate.min_skill, cfg.gate.batch_size, device=cfg.resolved_device(),
-                        context=bench.info.metric_context)
+    with _autocast(cfg):
+        gate = measure_gate(session.model, None if source is None else held_out(source, cfg.gate.episodes), metric,
+                            cfg.gate.min_skill, cfg.gate.batch_size, device=cfg.resolved_device(),
+                            context=bench.info.metric_context)
     session.gate = gate.as_dict()
     tracker.log_metrics({"model/parameters": n_parameters(session.model),
                          **{f"gate/{k}": float(v) for k, v in session.gate.items() if v is not None and k != "learned"}},
                         step=0)
     tracker.set_tags({"learned": _gate_tag(gate.learned)})
+
+
+def _meta_train(cfg: RunConfig, session: Session, bench, tracker, metric: str, save_meta, meta_progress):
+    return meta_train(
+        session.model, bench.meta_train, steps=cfg.meta_train.steps, batch_size=cfg.meta_train.batch_size,
+        lr=cfg.meta_train.lr, metric=metric, seed=cfg.seed, progress=cfg.progress, log=tracker.log_metrics,
+        checkpoint_every=cfg.meta_train.checkpoint_every, save=save_meta, resume=meta_progress,
+        context=bench.info.metric_context, device=cfg.resolved_device())
 
 
 def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
@@ -309,6 +317,35 @@ def _usable_checkpoint(ckpt: Optional[Dict[str, Any]], cfg: RunConfig, announce)
     return ckpt
 
 
+def _close_orphans(cfg: RunConfig, tracker, announce) -> None:
+    """Runs of this identity left RUNNING by a process of this host that no longer exists (killed
+    outright before its first checkpoint) are marked KILLED, so that no run stays RUNNING forever."""
+    if tracker.run_id is None:
+        return
+    import socket
+
+    client, me = tracker.client, tracker.run_id
+    query = f"tags.config_id = '{cfg.identity()}' and attributes.status = 'RUNNING'"
+    for old in client.search_runs([tracker.experiment_id], filter_string=query):
+        tags = old.data.tags
+        if old.info.run_id == me or tags.get("host") != socket.gethostname() or _pid_alive(tags.get("pid")):
+            continue
+        client.set_tag(old.info.run_id, "error", f"orphaned: process {tags.get('pid')} ended without finishing "
+                                                 f"or a checkpoint; superseded by run {me}")
+        client.set_terminated(old.info.run_id, status="KILLED")
+        announce(f"ovq-cl: marked orphaned run {old.info.run_id} KILLED")
+
+
+def _pid_alive(pid: Optional[str]) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _run_exists(uri: str, run_id: str) -> bool:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -322,6 +359,16 @@ def _run_exists(uri: str, run_id: str) -> bool:
 
 def _slug(version: str) -> str:
     return version.replace("+", "-").replace(".", "")
+
+
+def _autocast(cfg: RunConfig):
+    """torch.autocast for ``precision`` bf16 / fp16 on the run's device; nothing for fp32."""
+    import contextlib
+
+    if cfg.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=cfg.resolved_device().split(":")[0], dtype=dtype)
 
 
 def _progress(iterable, cfg: RunConfig, what: str):
@@ -416,7 +463,7 @@ def _tracker(cfg: RunConfig, parent_run_id: Optional[str], run_id: Optional[str]
 
     tags = {"stream": cfg.stream.name, "layers": "+".join(cfg.model.layers), "strategy": cfg.strategy.name,
             "memory": cfg.memory.policy, "seed": cfg.seed, "data_seed": cfg.data_seed,
-            "config_id": cfg.identity(), "code_version": version}
+            "config_id": cfg.identity(), "code_version": version, "pid": os.getpid()}
     return RunTracker(cfg.tracking.experiment, cfg.tracking.run_name or cfg.label(), cfg.tracking.tracking_uri,
                       parent_run_id=parent_run_id, tags=tags, run_id=run_id)
 

@@ -176,3 +176,52 @@ def test_a_sweep_nests_only_the_runs_it_started_and_logs_its_grid_and_table(tmp_
         assert {"grid.yaml", f"{parent['run_name']}.md", f"{parent['run_name']}.json",
                 f"{parent['run_name']}.png"} <= names
     assert second["params"]["grid.seed"] == "['0', '1']"
+
+
+def test_early_checks_of_a_sweep_and_the_default_checkpoint_folder(tmp_path, monkeypatch, capsys):
+    from experiments.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    cfg_path = os.path.join(ROOT, "experiments/configs/icr_frozen.yaml")
+    assert main(["sweep", cfg_path, "tracking.enabled=false", "--grid", "model.layers=[ovq];[mamba9]"]) == 2
+    assert "unknown mixer 'mamba9'" in capsys.readouterr().err                 # the whole grid, before any run
+    assert main(["sweep", cfg_path, "tracking.enabled=false", "--grid", "seed=0;1", "--out", "afile/x"]) == 2
+    assert "sweep --out: cannot write to" in capsys.readouterr().err
+    assert run_config({"output_dir": "elsewhere"}).checkpoint.dir == os.path.join("elsewhere", "checkpoints")
+
+
+def test_a_run_says_where_it_logs_and_quiet_says_nothing_else(tmp_path, monkeypatch, capsys):
+    from experiments.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    args = ["run", os.path.join(ROOT, "experiments/configs/icr_frozen.yaml"), "model.d_model=16", "model.n_heads=2",
+            "meta_train.steps=2", "gate.episodes=4", "stream.options.n_experiences=2", "stream.options.train_episodes=8",
+            f"tracking.tracking_uri=sqlite:///{tmp_path / 'm.db'}"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "MLflow run:" in out and "artifacts:" in out and "ovq-cl: run icr-ovq" in err
+    assert main(args + ["--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "R[1]" in out and "reusing" not in err and err.strip() == ""
+
+
+def test_a_run_killed_outright_before_any_checkpoint_is_closed_by_the_next_start(tmp_path, store):
+    from mlflow import MlflowClient
+
+    first = run(cfg_in(tmp_path, "orphans", store))
+    client = MlflowClient(store)
+    client.update_run(first.run_id, status="RUNNING")                 # as if SIGKILLed mid-run
+    client.set_tag(first.run_id, "pid", "999999999")                  # a process that no longer exists
+    for path in glob.glob(str(tmp_path / "ckpt" / "*" / "*.pt")):       # ... before writing any checkpoint
+        os.remove(path)
+    second = run(cfg_in(tmp_path, "orphans", store))
+    statuses = {r["run_id"]: r["status"] for r in runs_table("orphans", store)}
+    assert statuses == {first.run_id: "KILLED", second.run_id: "FINISHED"}
+
+
+def test_bf16_autocast_runs_on_the_cpu(tmp_path, store):
+    result = run(cfg_in(tmp_path, "bf16", store, precision="bf16"))
+    assert all(v is not None for row in result.R for v in row)
+    with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
+        run_config({"precision": "fp16", "device": "cpu"})
