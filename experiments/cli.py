@@ -78,6 +78,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)
     sizes.add_argument("--heads", type=int, default=4)
+    sizes.add_argument("--budget", type=int, default=None,
+                       help="bytes per layer and lane: size every mixer to it and show the sizing and parameters")
     # key=value overrides may come before, between or after options (argparse alone would refuse
     # `run CFG --plugin M key=value`): whatever argparse leaves over and looks like one is an override
     args, rest = parser.parse_known_args(argv)
@@ -178,7 +180,7 @@ def _dispatch(args, parser) -> int:
         from experiments.state_sizes import state_size_table
 
         lengths = [int(t) for t in args.lengths.split(",") if t.strip()]
-        print(state_size_table(lengths, d_model=args.d_model, n_heads=args.heads))
+        print(state_size_table(lengths, d_model=args.d_model, n_heads=args.heads, budget=args.budget))
     return 0
 
 

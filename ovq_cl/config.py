@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ovq_cl.base import validate
 
@@ -35,6 +35,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     token_shift: bool = True           # mixer input mixes in the previous token (see model.Block)
     mixers: Dict[str, Any] = field(default_factory=dict)   # mixer name -> its options (see module doc)
+    state_budget: Optional[int] = None     # bytes per layer and lane: sizes every mixer that has a budget knob
 
     def layer_kinds(self) -> List[str]:
         """The mixer name of every block: ``layers`` itself, or repeated if it divides n_layers."""
@@ -71,7 +72,27 @@ class ModelConfig:
             if name not in MIXERS:
                 raise ValueError(f"model config: unknown mixer {name!r} in mixers; known: {MIXERS.names()}")
         full = {name: dataclasses.asdict(mixer_options(name, mixers[name])) for name in sorted(mixers)}
+        if self.state_budget is not None:
+            full.update(self._sized(full, mixers))
         return dataclasses.replace(self, mixers={name: full[name] for name in sorted(set(self.layers))})
+
+
+    def _sized(self, full: Dict[str, Dict[str, Any]], given: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+        """The options of the mixers in ``layers`` sized to ``state_budget`` (ovq_cl.layers.budget)."""
+        from ovq_cl.layers import MIXERS
+        from ovq_cl.layers.budget import size_to_budget
+
+        if self.state_budget < 1:
+            raise ValueError(f"model config: state_budget must be >= 1 byte, got {self.state_budget}")
+        sized = {}
+        for name in sorted(set(self.layers)):
+            knob = MIXERS.get(name).cls.budget_knob
+            if knob is not None and knob in dict(given.get(name) or {}):
+                raise ValueError(f"model config: model.mixers.{name}.{knob} is set and model.state_budget sizes it: "
+                                 "give one of the two")
+            options = size_to_budget(name, self.d_model, self.n_heads, self.state_budget, full[name])
+            sized[name] = dataclasses.asdict(options)
+        return sized
 
 
 def check_moved_keys(user: Any, where: str = "model") -> None:

@@ -38,6 +38,9 @@ class Mixer(nn.Module):
     state_type: Type[MixerState] = MixerState
     #: the dataclass of this mixer's options (frozen; subclass of MixerOptions)
     Options: ClassVar[type] = MixerOptions
+    #: the option a state budget sizes (``model.state_budget``); None: the state is not sized (it grows
+    #: with T, like full attention's KV cache, and is reported, not matched)
+    budget_knob: ClassVar[Optional[str]] = None
 
     def __init__(self, d_model: int, n_heads: int, options: Optional[Any] = None, **overrides: Any) -> None:
         super().__init__()

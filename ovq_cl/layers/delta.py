@@ -50,6 +50,7 @@ class GatedDeltaNet(Mixer):
     (Mamba-2 style decay); the output is RMS-normalised per head and gated by ``silu(W_g x)``.
     """
 
+    budget_knob = "head_dim"
     state_type = DeltaState
     Options = GatedDeltaNetOptions
 

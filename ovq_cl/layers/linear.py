@@ -29,6 +29,7 @@ class LinearAttentionOptions(MixerOptions):
 class LinearAttention(Mixer):
     """Linear attention with a configurable feature map ("elu1", "relu", "identity")."""
 
+    budget_knob = "head_dim"
     state_type = LinearAttentionState
     Options = LinearAttentionOptions
 

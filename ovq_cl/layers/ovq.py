@@ -38,6 +38,7 @@ class OVQAttention(Mixer):
     learnable per-head beta, stored as log. State: :class:`OVQState`, O(N (Dk + Dv)) per head.
     """
 
+    budget_knob = "num_slots"
     state_type = OVQState
     Options = OVQOptions
 

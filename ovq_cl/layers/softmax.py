@@ -67,3 +67,4 @@ class SlidingWindowAttention(SoftmaxAttention):
     last ``window - 1`` keys and values, so it stops growing at T = window."""
 
     Options = SlidingWindowOptions
+    budget_knob = "window"

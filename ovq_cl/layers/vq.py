@@ -52,6 +52,7 @@ class VQAttention(Mixer):
     values per code (plus the previous block as tokens) are kept.
     """
 
+    budget_knob = "codebook_size"
     state_type = VQState
 
     Options = VQAttentionOptions

@@ -1,0 +1,49 @@
+"""A state budget sizes every mixer that has a knob: the largest knob whose state fits."""
+import dataclasses
+
+import pytest
+
+from ovq_cl import DecoderLM, model_config
+from ovq_cl.layers import MIXERS
+from ovq_cl.layers.budget import size_to_budget, state_bytes
+
+SIZED = {"ovq": "num_slots", "vq": "codebook_size", "swa": "window", "linear": "head_dim", "delta": "head_dim"}
+
+
+@pytest.mark.parametrize("budget", [32768, 67840, 270592])
+@pytest.mark.parametrize("name", sorted(SIZED))
+def test_the_largest_knob_that_fits(name, budget):
+    assert MIXERS.get(name).cls.budget_knob == SIZED[name]
+    options = size_to_budget(name, 64, 4, budget)
+    knob = SIZED[name]
+    value = getattr(options, knob)
+    assert state_bytes(name, 64, 4, options) <= budget
+    assert state_bytes(name, 64, 4, dataclasses.replace(options, **{knob: value + 1})) > budget
+
+
+def test_known_answers_and_mixers_without_a_knob():
+    # OVQ: N (2 Dk + 1) floats per head, 4 heads of 16: 67,584 B at N = 128 (study 1's size)
+    assert size_to_budget("ovq", 64, 4, 67840).num_slots == 128
+    assert size_to_budget("ovq", 64, 4, 67583).num_slots == 127
+    full = size_to_budget("full", 64, 4, 1000)                       # the KV cache is not matched
+    assert full == MIXERS.get("full").options_type()
+
+
+def test_the_model_config_sizes_its_mixers_and_refuses_two_answers():
+    cfg = model_config({"layers": ["swa", "ovq"], "state_budget": 67840, "mixers": {"ovq": {"chunk_size": 8}}})
+    assert cfg.mixers["ovq"]["num_slots"] == 128 and cfg.mixers["ovq"]["chunk_size"] == 8
+    assert cfg.mixers["swa"]["window"] == 133
+    model = DecoderLM(cfg)
+    assert model.mixers[1].options.num_slots == 128
+    with pytest.raises(ValueError, match="num_slots is set and model.state_budget sizes it"):
+        model_config({"layers": ["ovq"], "state_budget": 67840, "mixers": {"ovq": {"num_slots": 64}}})
+    with pytest.raises(ValueError, match="below the smallest ovq state"):
+        model_config({"layers": ["ovq"], "state_budget": 10})
+
+
+def test_state_sizes_cli_prints_the_sizing(capsys):
+    from experiments.cli import main
+
+    assert main(["state-sizes", "--budget", "67840", "--d-model", "64", "--lengths", "800"]) == 0
+    out = capsys.readouterr().out
+    assert "num_slots=128" in out and "window=133" in out and "parameters" in out
