@@ -203,3 +203,19 @@ def test_blocked_sliding_window_equals_the_dense_mask(past, T, window):
     allowed = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
     ref = torch.einsum("bhts,bshd->bthd", s.masked_fill(~allowed, float("-inf")).softmax(-1), v)[:, past:]
     assert rel_err(o, ref) < 1e-12
+
+
+def test_baseline_layer_choices_are_knobs():
+    """Gated DeltaNet's output gate and where linear attention's 1/sqrt(d) goes: both settings build and
+    run; the defaults come from experiments/searches/baseline_choices.py (results/baseline_choices.json)."""
+    x = torch.randn(2, 9, D_MODEL, dtype=torch.float64)
+    gated = build_mixer("delta", D_MODEL, HEADS, {"output_gate": True}).double()
+    plain = build_mixer("delta", D_MODEL, HEADS).double()
+    assert gated.g_proj is not None and plain.g_proj is None and not plain.options.output_gate
+    assert gated(x)[0].shape == plain(x)[0].shape == x.shape
+    torch.manual_seed(0)
+    inside = build_mixer("linear", D_MODEL, HEADS, {"query_scale": "inside"}).double()
+    torch.manual_seed(0)
+    none = build_mixer("linear", D_MODEL, HEADS).double()
+    assert none.options.query_scale == "none"
+    assert not torch.allclose(inside(x)[0], none(x)[0])        # elu+1 is not scale-invariant

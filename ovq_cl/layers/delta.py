@@ -32,6 +32,7 @@ class GatedDeltaNetOptions(MixerOptions):
     backend: str = "auto"
     dt_min: float = 0.001
     dt_max: float = 0.1
+    output_gate: bool = False            # True: o = norm(o) * silu(W_g x) as in fla's layer; False: o = norm(o)
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -47,7 +48,9 @@ class GatedDeltaNet(Mixer):
     convolution (the LM's token shift plays that role for every mixer alike).
 
     q, k are L2-normalised; ``beta = sigmoid(W_b x)``; ``g = -exp(A_log) softplus(W_a x + dt_bias)``
-    (Mamba-2 style decay); the output is RMS-normalised per head and gated by ``silu(W_g x)``.
+    (Mamba-2 style decay); the output is RMS-normalised per head, and gated by ``silu(W_g x)`` with
+    ``output_gate`` (fla's layer; off by default: at head dim 16 on associative recall it kept the layer
+    at chance, ``experiments/searches/baseline_choices.py``).
     """
 
     budget_knob = "head_dim"
@@ -59,7 +62,7 @@ class GatedDeltaNet(Mixer):
         o = self.options
         dt_min, dt_max = o.dt_min, o.dt_max
         self.add_qkvo_projections()
-        self.g_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
+        self.g_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False) if o.output_gate else None
         self.b_proj = nn.Linear(d_model, n_heads, bias=True)
         self.a_proj = nn.Linear(d_model, n_heads, bias=False)
         self.o_norm = nn.RMSNorm(self.head_dim)
@@ -81,7 +84,9 @@ class GatedDeltaNet(Mixer):
         g = -self.A_log.exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)   # [B, T, H], log decay
         S0 = None if state is None else state.S.detach()
         o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, chunk_size=self.chunk_size, backend=self.backend)
-        o = self.o_norm(o) * F.silu(self.g_proj(x).view(shape))
+        o = self.o_norm(o)
+        if self.g_proj is not None:
+            o = o * F.silu(self.g_proj(x).view(shape))
         seen = 0 if state is None else state.seen
         return self.o_proj(o.reshape(B, T, -1)), DeltaState(S=S, seen=seen + T)
 

@@ -18,8 +18,11 @@ class LinearAttentionOptions(MixerOptions):
     feature_map: str = "elu1"
     normalize: bool = True
     chunk_size: int = 64
+    query_scale: str = "none"            # none: phi(q) (a scale would cancel when normalised); inside: phi(q / sqrt(d))
 
     def __post_init__(self) -> None:
+        if self.query_scale not in ("inside", "none"):
+            raise ValueError(f"LinearAttention: query_scale must be 'inside' or 'none', got {self.query_scale!r}")
         if self.feature_map not in feature_map_names():
             raise ValueError(f"LinearAttention: feature_map must be one of {feature_map_names()}, got {self.feature_map!r}")
         if self.chunk_size < 1:
@@ -48,7 +51,8 @@ class LinearAttention(Mixer):
         q, k, v = self.project_qkv(x)
         o, state = linear_attention_chunked(
             q, k, v, feature_map_name=self.feature_map, normalize=self.normalize,
-            scale=self.head_dim ** -0.5, chunk_size=self.chunk_size, initial_state=state,
+            scale=self.head_dim ** -0.5 if self.options.query_scale == "inside" else 1.0,
+            chunk_size=self.chunk_size, initial_state=state,
         )
         return self.o_proj(o.reshape(B, T, -1)), state
 
