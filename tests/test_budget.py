@@ -7,7 +7,8 @@ from ovq_cl import DecoderLM, model_config
 from ovq_cl.layers import MIXERS
 from ovq_cl.layers.budget import size_to_budget, state_bytes
 
-SIZED = {"ovq": "num_slots", "vq": "codebook_size", "swa": "window", "linear": "head_dim", "delta": "head_dim"}
+SIZED = {"ovq": "num_slots", "vq": "codebook_size", "swa": "window", "linear": "head_dim", "delta": "head_dim",
+         "ssm": "head_dim"}
 
 
 @pytest.mark.parametrize("budget", [32768, 67840, 270592])

@@ -97,3 +97,33 @@ def test_fla_backward_guard_matches_fla_refusal(capability, triton_version, nvid
     from ovq_cl.ops.delta import fla_backward_is_sound
 
     assert fla_backward_is_sound(capability, triton_version, nvidia) is sound
+
+
+@pytest.mark.parametrize("T,L", [(37, 8), (64, 64), (5, 16)])
+def test_ssm_op_matches_fla_naive_simple_gla(T, L):
+    """The SSM baseline's op (simple GLA) against flash-linear-attention's naive references, and its
+    chunked form against its recurrence in float64 (outputs, every gradient, the final state)."""
+    from fla.ops.simple_gla.naive import naive_chunk_simple_gla, naive_recurrent_simple_gla
+
+    from ovq_cl.ops.ssm import simple_gla_chunked, simple_gla_recurrent
+
+    torch.manual_seed(0)
+    q, k = torch.randn(2, T, 3, 5), torch.randn(2, T, 3, 5)
+    v, g = torch.randn(2, T, 3, 7), -torch.rand(2, T, 3)
+    o, s = simple_gla_chunked(q, k, v, g, chunk_size=L)
+    o_fla, s_fla = naive_recurrent_simple_gla(q, k, v, g, output_final_state=True)
+    o_fla_chunk, _ = naive_chunk_simple_gla(q, k, v, g, output_final_state=True, chunk_size=L)
+    assert rel_err(o, o_fla) < 1e-5 and rel_err(o, o_fla_chunk) < 1e-5 and rel_err(s.S, s_fla) < 1e-5
+    q64, k64, v64, g64 = (t.double().requires_grad_() for t in (q, k, v, g))
+    s0 = torch.randn(2, 3, 5, 7, dtype=torch.float64)
+    from ovq_cl.ops.ssm import SSMState
+
+    outs = []
+    for fn in (lambda: simple_gla_chunked(q64, k64, v64, g64, initial_state=SSMState(s0), chunk_size=L),
+               lambda: simple_gla_recurrent(q64, k64, v64, g64, initial_state=SSMState(s0))):
+        o_, s_ = fn()
+        loss = (o_ * torch.cos(torch.arange(o_.numel(), dtype=torch.float64)).view(o_.shape)).sum() + s_.S.sum()
+        outs.append((o_, s_.S, torch.autograd.grad(loss, [q64, k64, v64, g64])))
+    (oa, sa, ga), (ob, sb, gb) = outs
+    assert rel_err(oa, ob) < 1e-10 and rel_err(sa, sb) < 1e-10
+    assert all(rel_err(a, b) < 1e-10 for a, b in zip(ga, gb))

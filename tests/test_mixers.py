@@ -17,6 +17,7 @@ OPTIONS = {
     "vq": {"codebook_size": 6, "chunk_size": 5},
     "delta": {"chunk_size": 6},
     "swa": {"window": 6},
+    "ssm": {"chunk_size": 6},
 }
 
 

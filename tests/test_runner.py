@@ -217,7 +217,7 @@ def test_reset_episode_is_flagged_as_not_learned_on_the_stream(tmp_path):
     assert result.stream_gate["skill"] < 0.1
 
 
-MIXERS = ["ovq", "vq", "full", "swa", "linear", "delta"]
+MIXERS = ["ovq", "vq", "full", "swa", "linear", "delta", "ssm"]
 STRATEGIES = ["naive", "frozen", "ewc", "replay", "lwf"]
 
 

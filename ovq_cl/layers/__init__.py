@@ -15,6 +15,7 @@ from ovq_cl.layers.base import Mixer, MixerOptions
 from ovq_cl.layers.delta import GatedDeltaNet, GatedDeltaNetOptions
 from ovq_cl.layers.linear import LinearAttention, LinearAttentionOptions
 from ovq_cl.layers.ovq import OVQAttention, OVQOptions
+from ovq_cl.layers.ssm import SSMMixer, SSMOptions
 from ovq_cl.layers.softmax import FullAttentionOptions, SlidingWindowAttention, SlidingWindowOptions, SoftmaxAttention
 from ovq_cl.layers.vq import VQAttention, VQAttentionOptions
 
@@ -62,10 +63,11 @@ register_mixer("linear", LinearAttention)
 register_mixer("vq", VQAttention)
 register_mixer("delta", GatedDeltaNet)
 register_mixer("swa", SlidingWindowAttention)
+register_mixer("ssm", SSMMixer)
 
 __all__ = [
     "FullAttentionOptions", "GatedDeltaNet", "GatedDeltaNetOptions", "LinearAttention", "LinearAttentionOptions",
     "MIXERS", "Mixer", "MixerOptions", "MixerSpec", "OVQAttention", "OVQOptions", "SlidingWindowAttention",
-    "SlidingWindowOptions", "SoftmaxAttention", "VQAttention", "VQAttentionOptions", "build_mixer", "mixer_options",
+    "SlidingWindowOptions", "SoftmaxAttention", "SSMMixer", "SSMOptions", "VQAttention", "VQAttentionOptions", "build_mixer", "mixer_options",
     "register_mixer",
 ]
