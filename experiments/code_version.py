@@ -33,12 +33,13 @@ def code_version() -> str:
             return f"package-{metadata.version('ovq-cl')}"
         except metadata.PackageNotFoundError:
             return "unknown"
-    digest = hashlib.sha1(_git("diff", "HEAD", "--", *CODE_PATHS) or b"")
+    diff = _git("diff", "HEAD", "--", *CODE_PATHS) or b""
+    digest = hashlib.sha1(diff)
     untracked = (_git("ls-files", "--others", "--exclude-standard", "--", *CODE_PATHS) or b"").decode().split()
     for path in sorted(untracked):
         digest.update(path.encode())
         digest.update(_file_bytes(os.path.join(ROOT, path)))
-    dirty = bool((_git("diff", "HEAD", "--stat", "--", *CODE_PATHS) or b"").strip()) or bool(untracked)
+    dirty = bool(diff.strip()) or bool(untracked)
     return commit[:12] + (f"+dirty.{digest.hexdigest()[:8]}" if dirty else "")
 
 

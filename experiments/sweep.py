@@ -62,13 +62,15 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             parent.log_config({"grid": {k: list(v) for k, v in grid.items()}}, filename="grid.yaml")
         for n, cfg in enumerate(configs, 1):
             cfg.tracking.experiment = experiment
+            outcome = "done"
             try:
                 results.append(run(cfg, parent_run_id=parent.run_id, rerun=rerun, announce=announce))
             except Exception as err:  # one broken configuration must not lose the others
                 failures.append((cfg.label(), f"{type(err).__name__}: {err}"))
                 traceback.print_exc()
+                outcome = "FAILED"
             spent = time.perf_counter() - started
-            announce(f"[{n}/{len(configs)}] {cfg.label()} {'FAILED' if failures and failures[-1][0] == cfg.label() else 'done'}"
+            announce(f"[{n}/{len(configs)}] {cfg.label()} {outcome}"
                      f"; {spent:.0f} s so far, about {spent / n * (len(configs) - n):.0f} s left")
         parent.set_tags({"n_failed": len(failures)})
         if out and results:

@@ -27,7 +27,7 @@ from avalanche.training.plugins import EWCPlugin
 from avalanche.training.storage_policy import ExperienceBalancedBuffer, ReservoirSamplingBuffer
 from avalanche.training.utils import zerolike_params_dict
 
-from ovq_cl.base import IGNORE, collate_episodes
+from ovq_cl.base import collate_episodes, scored_mask
 from strategies.plugins import CheckpointedPlugin
 from strategies.scores import sequence_loss
 
@@ -185,7 +185,7 @@ class LanguageDistillationPlugin(CheckpointedPlugin):
             strategy.loss = strategy.loss + self.alpha * F.mse_loss(new_out, old_out)
             return
         if self.positions == "scored":
-            mask = y != IGNORE
+            mask = scored_mask(y)
             new_out, old_out = new_out[mask], old_out[mask]
         else:
             new_out, old_out = new_out.flatten(0, -2), old_out.flatten(0, -2)

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from streams.common import EpisodeDataset, EpisodeStreamConfig, StreamData, StreamInfo, load_config, require, seeded_rng, to_benchmark
-from ovq_cl.base import IGNORE, PAD, SEP
+from ovq_cl.base import IGNORE, PAD, SEP, scored_mask
 
 VARIANTS = ("basic", "positional")
 _POSITIONAL_DEFAULTS = {"rebind_within": 2, "rebind_across": 4}
@@ -110,7 +110,7 @@ class ICRInfo(StreamInfo):
         lut = torch.full((self.vocab_size,), IGNORE, dtype=torch.int64)
         for key, value in self.bindings_after(max(exp, after)).items():
             lut[key] = value
-        scored = y != IGNORE
+        scored = scored_mask(y)
         out = y.clone()
         out[scored] = lut[x[scored]]
         return out

@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from torch.utils.data import TensorDataset
 
 import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.training.plugins import EvaluationPlugin

@@ -63,9 +63,6 @@ class Mixer(nn.Module):
         """``options`` (or the defaults) with ``overrides`` applied; type and field names checked."""
         if options is None:
             options = cls.Options()
-        elif isinstance(options, dict):
-            overrides = {**options, **overrides}
-            options = cls.Options()
         elif not isinstance(options, cls.Options):
             raise TypeError(f"{cls.__name__}: options must be {cls.Options.__name__}, got {type(options).__name__}")
         if overrides:

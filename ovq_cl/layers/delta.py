@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -10,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
+from ovq_cl.layers.decay import decay_parameters, log_decay
 from ovq_cl.ops.common import l2norm
 from ovq_cl.ops.delta import BACKENDS, gated_delta_rule
 from ovq_cl.state import MixerState
@@ -60,17 +60,12 @@ class GatedDeltaNet(Mixer):
     def __init__(self, d_model: int, n_heads: int, options: Optional[GatedDeltaNetOptions] = None, **overrides) -> None:
         super().__init__(d_model, n_heads, options, **overrides)
         o = self.options
-        dt_min, dt_max = o.dt_min, o.dt_max
         self.add_qkvo_projections()
         self.g_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False) if o.output_gate else None
         self.b_proj = nn.Linear(d_model, n_heads, bias=True)
         self.a_proj = nn.Linear(d_model, n_heads, bias=False)
         self.o_norm = nn.RMSNorm(self.head_dim)
-        self.A_log = nn.Parameter(torch.empty(n_heads).uniform_(1, 16).log())
-        # initial step sizes log-uniform in [dt_min, dt_max] (fla's defaults: 0.001, 0.1); smaller values
-        # start the per-token decay exp(-A dt) closer to 1, i.e. a longer memory
-        dt = torch.exp(torch.rand(n_heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))   # softplus^-1(dt)
+        self.A_log, self.dt_bias = decay_parameters(n_heads, o.dt_min, o.dt_max)
         self.chunk_size, self.backend = o.chunk_size, o.backend
 
     def forward(self, x: torch.Tensor, state: Optional[DeltaState] = None) -> Tuple[torch.Tensor, DeltaState]:
@@ -81,7 +76,7 @@ class GatedDeltaNet(Mixer):
         q, k, v = self.project_qkv(x)
         q, k = l2norm(q), l2norm(k)
         beta = torch.sigmoid(self.b_proj(x))                                         # [B, T, H]
-        g = -self.A_log.exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)   # [B, T, H], log decay
+        g = log_decay(self.a_proj(x), self.A_log, self.dt_bias)                      # [B, T, H]
         S0 = None if state is None else state.S.detach()
         o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, chunk_size=self.chunk_size, backend=self.backend)
         o = self.o_norm(o)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -10,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
+from ovq_cl.layers.decay import decay_parameters, log_decay
 from ovq_cl.ops.ssm import SSMState, simple_gla_chunked
 
 
@@ -47,16 +47,14 @@ class SSMMixer(Mixer):
         self.g_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False) if o.output_gate else None
         self.a_proj = nn.Linear(d_model, n_heads, bias=False)
         self.o_norm = nn.RMSNorm(self.head_dim)
-        self.A_log = nn.Parameter(torch.empty(n_heads).uniform_(1, 16).log())
-        dt = torch.exp(torch.rand(n_heads) * (math.log(o.dt_max) - math.log(o.dt_min)) + math.log(o.dt_min))
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))   # softplus^-1(dt)
+        self.A_log, self.dt_bias = decay_parameters(n_heads, o.dt_min, o.dt_max)
 
     def forward(self, x: torch.Tensor, state: Optional[SSMState] = None) -> Tuple[torch.Tensor, SSMState]:
         """x: [B, T, d_model] -> y [B, T, d_model], state."""
         self.check_input(x, state)
         B, T, _ = x.shape
         q, k, v = self.project_qkv(x)
-        g = -self.A_log.exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)     # [B, T, H]
+        g = log_decay(self.a_proj(x), self.A_log, self.dt_bias)                       # [B, T, H]
         o, state = simple_gla_chunked(q, k, v, g.to(q.dtype), initial_state=state, chunk_size=self.options.chunk_size)
         o = self.o_norm(o)
         if self.g_proj is not None:
