@@ -211,11 +211,28 @@ def _print_result(result) -> None:
         print(f"learned gate (held-out episodes, fresh state): score {g['score']:.3f} ± {g['standard_error']:.3f}, "
               f"chance {g['chance']:.3f}, skill {g['skill']:.2f} (>= {g['threshold']}): "
               f"{'learned' if g['learned'] else 'NOT LEARNED'}")
+    d = result.delay
+    if d:
+        from strategies.delay import DelayCurve
+        curve, dg = DelayCurve.from_dict(d["curve"]), d["gate"]
+        span = d.get("span")
+        print(f"delay-recall curve (fresh state, before the stream; span: {metric_span(span, curve)}):")
+        print(curve.table())
+        verdict = "recalls" if dg["learned"] else "DOES NOT RECALL"
+        print(f"delay gate (skill at the learning delay, {d['learning']} tokens): {dg['skill']:.2f} "
+              f"(>= {dg['threshold']}): {verdict}" + ("" if d.get("required") else " (informative, not a gate here)"))
     print(f"stream gate (mean R[j][j] vs chance {s['chance']:.3f}): skill {s['skill']:.2f} (>= {s['threshold']}): "
           f"{'learned' if s['learned'] else 'NOT LEARNED: forgetting means nothing here'}")
     print(f"state bytes per layer and lane: {[int(b) for b in result.state_bytes_per_lane]}   "
           f"parameters: {result.parameters:,}")
     print(f"MLflow run: {result.run_id}   artifacts: {result.artifact_uri}   checkpoint: {result.checkpoint}")
+
+
+def metric_span(span, curve) -> str:
+    """'N tokens' where the curve falls below the span level, or '> last delay' when it never does."""
+    if span is not None:
+        return f"below the level from {span} tokens"
+    return f"above the level up to {curve.points[-1].delay} tokens" if curve.points else "not measured"
 
 
 if __name__ == "__main__":

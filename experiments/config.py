@@ -45,6 +45,10 @@ class MetaTrainSection:
     batch_size: int = 32
     lr: float = 3e-3
     checkpoint_every: int = 100            # meta-training steps between checkpoints (0 = never)
+    tbptt: int = 0                         # tokens per truncated-BPTT segment of a meta-training item (0 = whole item)
+
+
+DELAY_GATES = ("auto", "experience", "none")
 
 
 @dataclass
@@ -54,6 +58,9 @@ class GateSection:
     batch_size: int = 64
     min_skill: float = 0.5                 # held-out skill to count as learned
     min_stream_skill: float = 0.1          # skill of the mean learning score R[j][j] on the stream
+    delay_episodes: int = 64               # probe episodes per point of the delay-recall curve (0 = no curve)
+    delay: str = "auto"                    # the delay gate: experience | none | auto (experience for frozen weights)
+    span_level: float = 0.5                # the curve's span: the first delay whose score falls below this
 
 
 @dataclass
@@ -118,6 +125,10 @@ class RunConfig:
         _require(self.meta_train.steps >= 0, "meta_train.steps", ">= 0", self.meta_train.steps)
         _require(self.meta_train.batch_size >= 1, "meta_train.batch_size", ">= 1", self.meta_train.batch_size)
         _require(self.meta_train.lr > 0, "meta_train.lr", "> 0", self.meta_train.lr)
+        _require(self.meta_train.tbptt >= 0, "meta_train.tbptt", ">= 0 (0 = backpropagate through the whole item)",
+                 self.meta_train.tbptt)
+        _require(self.gate.delay_episodes >= 0, "gate.delay_episodes", ">= 0 (0 = no delay curve)", self.gate.delay_episodes)
+        _require(self.gate.delay in DELAY_GATES, "gate.delay", f"one of {DELAY_GATES}", self.gate.delay)
         _require(self.meta_train.checkpoint_every >= 0, "meta_train.checkpoint_every", ">= 0 (0 = never)",
                  self.meta_train.checkpoint_every)
         import torch
@@ -133,6 +144,14 @@ class RunConfig:
         if self.checkpoint.dir is None:
             self.checkpoint.dir = os.path.join(self.output_dir, "checkpoints")
         return self
+
+    def resolved_delay_gate(self) -> bool:
+        """Whether recall at one experience's delay is a gate: ``gate.delay`` experience, or auto with
+        frozen weights (then only the layers' memory can carry a fact to its test; a strategy that trains
+        the weights on the stream can also store facts there, so a short memory does not void its score)."""
+        if self.gate.delay == "auto":
+            return self.strategy.name == "frozen" and self.memory.policy != "reset_episode"
+        return self.gate.delay == "experience"
 
     def resolved_device(self) -> str:
         """The torch device the run uses: ``auto`` is cuda when available, else cpu."""

@@ -33,6 +33,7 @@ from ovq_cl.config import model_config
 from strategies import forgetting
 from experiments.code_version import code_version
 from strategies.checkpoint import load_latest, save_checkpoint, set_rng_state
+from strategies.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
 from strategies.gate import measure_gate, stream_gate
 from strategies.meta import meta_train
 from strategies.metrics import ResultMatrix, n_parameters, state_metrics
@@ -68,6 +69,7 @@ class RunResult:
     summary_current: Dict[str, float] = field(default_factory=dict)
     gate: Dict[str, Any] = field(default_factory=dict)
     stream_gate: Dict[str, Any] = field(default_factory=dict)
+    delay: Dict[str, Any] = field(default_factory=dict)
     parameters: int = 0
     state_bytes_per_lane: List[float] = field(default_factory=list)
     wall_seconds: float = math.nan
@@ -79,14 +81,15 @@ class RunResult:
         return cls(cfg, d["metric"], d["R"], d["summary"], d["tokens_after"], d.get("state_bytes", []),
                    d.get("run_id"), checkpoint, d.get("meta_history", []), R_se=d["R_se"], R_n=d["R_n"],
                    current=d.get("current"), summary_current=d.get("summary_current", {}), gate=d.get("gate", {}),
-                   stream_gate=d.get("stream_gate", {}), parameters=d.get("parameters", 0),
+                   stream_gate=d.get("stream_gate", {}), delay=d.get("delay", {}), parameters=d.get("parameters", 0),
                    state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
                    wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"))
 
     @property
     def learned(self) -> Optional[bool]:
-        """True when both gates passed, False when either failed, None when neither was measured."""
-        return combined_gate(self.gate.get("learned"), self.stream_gate.get("learned"))
+        """True when every gate that applies passed (held-out skill, delay when required, stream), False
+        when one failed, None when none was measured."""
+        return combined_gate(self.gate.get("learned"), _delay_flag(self.delay), self.stream_gate.get("learned"))
 
     def record(self) -> Dict[str, Any]:
         """A JSON-able record of the run: config (flattened), seeds, every matrix and summary."""
@@ -97,7 +100,7 @@ class RunResult:
             "seed": self.config.seed, "data_seed": self.config.data_seed, "metric": self.metric,
             "higher_is_better": higher_is_better(self.metric), "R": self.R, "R_se": self.R_se, "R_n": self.R_n,
             "current": self.current, "summary": self.summary, "summary_current": self.summary_current,
-            "gate": self.gate, "stream_gate": self.stream_gate, "learned": self.learned,
+            "gate": self.gate, "stream_gate": self.stream_gate, "delay": self.delay, "learned": self.learned,
             "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
             "state_bytes": self.state_bytes,
             "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,
@@ -125,6 +128,14 @@ class Session:
     tokens_after: List[int] = field(default_factory=list)
     meta_history: List[Dict[str, float]] = field(default_factory=list)
     gate: Dict[str, Any] = field(default_factory=dict)
+    delay: Dict[str, Any] = field(default_factory=dict)
+
+
+def _delay_flag(delay: Dict[str, Any]) -> Optional[bool]:
+    """The delay gate's verdict where the run requires it (``gate.delay``), else None (not a gate)."""
+    if not delay or not delay.get("required"):
+        return None
+    return delay.get("gate", {}).get("learned")
 
 
 def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optional[int] = None,
@@ -253,6 +264,50 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
                          **{f"gate/{k}": float(v) for k, v in session.gate.items() if v is not None and k != "learned"}},
                         step=0)
     tracker.set_tags({"learned": _gate_tag(gate.learned)})
+    session.delay = _delay_curve(cfg, session, bench, tracker)
+
+
+def _stream_delays(cfg: RunConfig, bench) -> Dict[str, int]:
+    """The delays (tokens per lane) the stream tests: ``learning``, one experience's tokens (the most a
+    fact waits for its test in the experience that teaches it), and ``longest``, all experiences'."""
+    lanes = cfg.strategy.train_mb_size
+    per_exp = [math.ceil(len(exp.dataset) / lanes) * bench.info.seq_len for exp in bench.train_stream]
+    return {"learning": max(per_exp), "longest": sum(per_exp), "episode": bench.info.seq_len}
+
+
+def _delay_curve(cfg: RunConfig, session: Session, bench, tracker) -> Dict[str, Any]:
+    """The delay-recall curve (``strategies.delay``) from a fresh state, before the stream; printed,
+    logged (metrics ``delay/score`` stepped by delay, a table, a plot) and, with ``gate.delay``, a gate."""
+    probe = getattr(bench, "delay_probe", None)
+    if probe is None or cfg.gate.delay_episodes == 0:
+        return {}
+    delays = _stream_delays(cfg, bench)
+    fillers = filler_ladder(delays["longest"], delays["episode"])
+    with _autocast(cfg):
+        curve = measure_delay_curve(session.model, probe, fillers, delays["episode"], bench.info.metric,
+                                    cfg.gate.delay_episodes, cfg.gate.batch_size, device=cfg.resolved_device(),
+                                    context=bench.info.metric_context)
+    required = cfg.resolved_delay_gate()
+    d_gate = delay_gate(curve, delays["learning"], cfg.gate.min_skill).as_dict()
+    span = curve.span(cfg.gate.span_level)
+    out = {"curve": curve.as_dict(), "gate": d_gate, "required": required, "span": span, **delays}
+    tracker.log_metric_values([("delay/score", p.score, p.delay) for p in curve.points]
+                              + [("delay/skill", p.skill, p.delay) for p in curve.points if math.isfinite(p.skill)])
+    tracker.log_metrics({"delay_gate/skill": d_gate["skill"], "delay_gate/delay": float(delays["learning"]),
+                         **({"delay/span": float(span)} if span is not None else {})}, step=0)
+    tracker.set_tags({"recalls_at_learning_delay": _gate_tag(d_gate["learned"]),
+                      "delay_gate_required": str(required).lower()})
+    tracker.log_dict(out, "delay_curve.json")
+    tracker.log_text(curve.table(), "delay_curve.txt")
+    fig = plot_delay_curve(curve, cfg.label(), {"learning delay": delays["learning"], "longest": delays["longest"]})
+    tracker.log_figure(fig, "delay_curve.png")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    if cfg.progress:
+        print(f"delay-recall curve ({cfg.label()}), learning delay {delays['learning']} tokens, span "
+              f"{'> ' + str(curve.points[-1].delay) if span is None else span}:\n{curve.table()}", flush=True)
+    return out
 
 
 def _meta_train(cfg: RunConfig, session: Session, bench, tracker, metric: str, save_meta, meta_progress):
@@ -260,7 +315,7 @@ def _meta_train(cfg: RunConfig, session: Session, bench, tracker, metric: str, s
         session.model, bench.meta_train, steps=cfg.meta_train.steps, batch_size=cfg.meta_train.batch_size,
         lr=cfg.meta_train.lr, metric=metric, seed=cfg.seed, progress=cfg.progress, log=tracker.log_metrics,
         checkpoint_every=cfg.meta_train.checkpoint_every, save=save_meta, resume=meta_progress,
-        context=bench.info.metric_context, device=cfg.resolved_device())
+        context=bench.info.metric_context, device=cfg.resolved_device(), tbptt=cfg.meta_train.tbptt)
 
 
 def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
@@ -276,6 +331,7 @@ def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
     session.tokens_after = list(ckpt["metrics"]["tokens_after"])
     session.meta_history = list(ckpt["metrics"].get("meta_history", []))
     session.gate = dict(ckpt["metrics"].get("gate", {}))
+    session.delay = dict(ckpt["metrics"].get("delay", {}))
     session.strategy.tokens_streamed = session.tokens_after[-1] if session.tokens_after else 0
     load_plugin_states(session.strategy.plugins, ckpt["extra"].get("plugins", {}))
     set_rng_state(ckpt["rng"])
@@ -288,7 +344,7 @@ def _save(path: str, session: Session, tracker, extra: Optional[Dict[str, Any]] 
         path, model=session.model, optimizer=session.optimizer, states=session.strategy.states,
         next_experience=session.next_experience,
         metrics={"results": session.results.state_dict(), "tokens_after": session.tokens_after,
-                 "meta_history": session.meta_history, "gate": session.gate},
+                 "meta_history": session.meta_history, "gate": session.gate, "delay": session.delay},
         extra={"run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
                "plugins": plugin_states(session.strategy.plugins), **(extra or {})},
     )
@@ -408,7 +464,7 @@ def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wa
     _, test_labels = _test_items(bench)
     s_gate = stream_gate(summary["learning_average"], test_labels, metric, cfg.gate.min_stream_skill,
                          bench.info.metric_context).as_dict()
-    learned = combined_gate(session.gate.get("learned"), s_gate["learned"])
+    learned = combined_gate(session.gate.get("learned"), _delay_flag(session.delay), s_gate["learned"])
     tracker.set_tags({"learned_on_stream": _gate_tag(s_gate["learned"]), "learned_overall": _gate_tag(learned)})
     final = _prefixed(summary, "final")
     final.update(_prefixed(summary_current, "final_current"))
@@ -421,7 +477,7 @@ def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wa
         [0 if s is None else int(s.nbytes) for s in (session.strategy.states or [])],
         tracker.run_id, ckpt_path if cfg.checkpoint.enabled else None, session.meta_history,
         R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=session.gate,
-        stream_gate=s_gate, parameters=n_parameters(session.model),
+        stream_gate=s_gate, delay=session.delay, parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
     )

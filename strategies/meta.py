@@ -24,9 +24,14 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
                device="cpu", progress: bool = False, log: Optional[Callable[[Dict[str, float], int], None]] = None,
                log_every: int = 50, checkpoint_every: int = 0,
                save: Optional[Callable[[Dict[str, Any]], None]] = None,
-               resume: Optional[Dict[str, Any]] = None, context: Optional[dict] = None) -> List[Dict[str, float]]:
+               resume: Optional[Dict[str, Any]] = None, context: Optional[dict] = None,
+               tbptt: int = 0) -> List[Dict[str, float]]:
     """``steps`` AdamW steps on shuffled minibatches of ``dataset`` (items (x, y, t)), each from a
     fresh state. Returns the logged history: step, loss, and the metric on the training batches.
+
+    An item may be several episodes in a row (ICR's ``meta_sequence_episodes``): the state is carried
+    through it, and the gradient flows through the whole item, or through segments of ``tbptt`` tokens
+    (truncated BPTT, :func:`strategies.step.train_step`).
 
     Every ``checkpoint_every`` steps ``save(progress)`` receives what resuming needs besides the model's
     weights (step, optimizer, schedule, history, running score); ``resume=progress`` (with the weights
@@ -57,7 +62,7 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
                 step += 1
                 continue
             loss, out, _ = train_step(model, opt, x.to(device), y.to(device), grad_clip,
-                                      where=f"in meta-training at step {step}")
+                                      where=f"in meta-training at step {step}", tbptt=tbptt)
             sched.step()
             score.update(out, y)
             step += 1

@@ -113,12 +113,18 @@ class StreamInfo:
 
 @dataclass
 class StreamData:
-    """Everything a stream generates, before Avalanche: ``train[j]``/``test[j]`` are experience j's datasets."""
+    """Everything a stream generates, before Avalanche: ``train[j]``/``test[j]`` are experience j's datasets.
+
+    ``delay_probe(filler_episodes, n)``, where the stream has one (ICR): a dataset of ``n`` items whose
+    scored answers were bound ``filler_episodes`` training episodes earlier (``filler_episodes *
+    info.seq_len`` tokens): what the delay-recall curve (``strategies.delay``) measures.
+    """
 
     train: List[Dataset]
     test: List[Dataset]
     meta_train: Optional[Dataset]
     info: StreamInfo
+    delay_probe: Optional[Callable[[int, int], Dataset]] = None
 
 
 class EpisodeDataset(Dataset):
@@ -160,7 +166,7 @@ def to_benchmark(data: StreamData):
 
     Experience j carries task label j (``experience.task_label``) and its dataset yields ``(x, y, j)``.
     The benchmark also gets two attributes: ``info`` (``data.info``) and ``meta_train`` (an
-    AvalancheDataset with task label 0, or None), and ``meta_train_episodes`` (the plain dataset, or None).
+    AvalancheDataset with task label 0, or None), ``meta_train_episodes`` (the plain dataset, or None) and ``delay_probe`` (or None).
     """
     import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
@@ -179,6 +185,7 @@ def to_benchmark(data: StreamData):
     bench.info = data.info
     bench.meta_train = None if data.meta_train is None else labelled(data.meta_train, 0)
     bench.meta_train_episodes = data.meta_train          # the plain EpisodeDataset (for held_out)
+    bench.delay_probe = data.delay_probe
     return bench
 
 

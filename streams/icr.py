@@ -46,11 +46,31 @@ random, with the same within-episode rebinding as the variant. It therefore shar
 at the chance rate of 1/n_values per key, key-value pairs with the stream's tables: it teaches the
 task, not the facts (a pair seen in meta-training is one of thousands of random pairs for that key).
 
+**Meta-training for long memory** (``meta_sequence_episodes`` E > 1): an item is E episodes in a row
+(E * T tokens, one sequence: the state is carried through, and meta-training backpropagates through
+all of it or in truncated segments, ``meta_train.tbptt``). Episode e presents ``facts_per_episode``
+facts; ``meta_rebind_fraction`` of them rebind a key that episodes e-D .. e-1 bound (D =
+``meta_reach_back``) to a new value, the others use keys no episode of that window bound. Its
+``queries_per_episode`` queries ask distinct keys bound in episodes e-D .. e (every rebound key of
+the episode among them), and the answer is always the key's newest binding: a query can reach back
+D episodes (up to (D + 1) * T tokens), and rebinding asks for the latest value, not the first::
+
+    [k v k v ... SEP q a q a]  [k v ... k' v' ... SEP q a ...]  ...    E episodes, x: [E * T]
+       episode 0                 episode 1 (k' rebound, q from 0..1)
+
+**Delay probe** (``delay_probe(filler, n)``, for the delay-recall curve): a fresh set of
+``facts_per_episode`` facts, then ``filler`` complete meta-training episodes over other keys, then SEP
+and ``queries_per_episode`` queries of the first facts; only those are scored. The delay is the
+filler's length in tokens (0: the meta-training task itself, without its queries in between)::
+
+    k1 v1 ... kP vP  [filler: k v ... SEP q a ...] x filler  SEP q1 a1 ... qQ aQ
+
 Default sizes: T = 2 * 8 + 1 + 2 * 4 = 25 (train, meta-train), 1 + 2 * 4 = 9 (test).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -79,6 +99,9 @@ class ICRConfig(EpisodeStreamConfig):
     test_rebound_keys: bool = False       # test episodes also query keys a later table rebinds (score with R_current)
     test_queries: int = 4                 # distinct keys a test episode queries
     seq_len: Optional[int] = None         # pad train and test episodes to this T; None -> their exact length
+    meta_sequence_episodes: int = 1       # E: episodes per meta-training sequence, the state carried through
+    meta_reach_back: int = 0              # D: queries of episode e ask keys bound in episodes e-D .. e
+    meta_rebind_fraction: float = 0.0     # share of an episode's facts that rebind a key of episodes e-D .. e-1
 
 
 @dataclass(frozen=True)
@@ -201,6 +224,19 @@ def _check(cfg: ICRConfig) -> None:
     testable = cfg.facts_per_experience - later_rebound
     require(cfg.test_queries <= testable, what,
             f"test_queries={cfg.test_queries} exceeds the {testable} keys of a table that no later table rebinds")
+    E, D = cfg.meta_sequence_episodes, cfg.meta_reach_back
+    require(E >= 1, what, f"meta_sequence_episodes must be >= 1, got {E}")
+    require(0 <= D < E, what, f"meta_reach_back must be in [0, meta_sequence_episodes - 1] = [0, {E - 1}], got {D}")
+    require(0 <= cfg.meta_rebind_fraction <= 1, what, f"meta_rebind_fraction must be in [0, 1], got {cfg.meta_rebind_fraction}")
+    require(cfg.meta_rebind_fraction == 0 or D >= 1, what,
+            "meta_rebind_fraction > 0 needs meta_reach_back >= 1 (a rebound key is one an earlier episode bound)")
+    require(cfg.meta_rebind_fraction == 0 or cfg.n_values >= 2, what, "meta_rebind_fraction > 0 needs n_values >= 2")
+    require((D + 1) * cfg.facts_per_episode <= cfg.n_keys, what,
+            f"meta_reach_back={D}: {D + 1} episodes of {cfg.facts_per_episode} facts with distinct keys need "
+            f"{(D + 1) * cfg.facts_per_episode} keys, but n_keys={cfg.n_keys}")
+    require(2 * cfg.facts_per_episode <= cfg.n_keys, what,
+            f"the delay probe's filler needs keys other than its {cfg.facts_per_episode} facts: "
+            f"n_keys={cfg.n_keys} must be >= 2 * facts_per_episode")
     if cfg.seq_len is not None:
         need = max(train_len(cfg), test_len(cfg))
         require(cfg.seq_len >= need, what,
@@ -256,9 +292,9 @@ def _layout(pairs_k: np.ndarray, pairs_v: np.ndarray, ask_k: np.ndarray, ask_v: 
     return torch.from_numpy(tokens), torch.from_numpy(labels)
 
 
-def _present_and_query(keys: np.ndarray, values: np.ndarray, cfg: ICRConfig, rng: np.random.Generator,
-                       length: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A training episode over the facts (keys[i] -> values[i]); positional: rebind_within keys twice."""
+def _presentation(keys: np.ndarray, values: np.ndarray, cfg: ICRConfig, rng: np.random.Generator):
+    """The pairs presenting the facts (keys[i] -> values[i]) in random order; positional: ``rebind_within``
+    of them twice, first with a stale value. Returns pairs_k, pairs_v and the indices of the twice-presented."""
     n, r, v0 = len(keys), cfg.rebind_within, 2 + cfg.n_keys
     twice = rng.choice(n, r, replace=False)
     stale = (values[twice] - v0 + 1 + rng.integers(0, max(cfg.n_values - 1, 1), r)) % cfg.n_values + v0
@@ -268,6 +304,14 @@ def _present_and_query(keys: np.ndarray, values: np.ndarray, cfg: ICRConfig, rng
     order = np.argsort(np.concatenate([p_true, p_stale]), kind="stable")
     pairs_k = np.concatenate([keys, keys[twice]])[order]
     pairs_v = np.concatenate([values, stale])[order]
+    return pairs_k, pairs_v, twice
+
+
+def _present_and_query(keys: np.ndarray, values: np.ndarray, cfg: ICRConfig, rng: np.random.Generator,
+                       length: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A training episode over the facts (keys[i] -> values[i]); positional: rebind_within keys twice."""
+    n, r = len(keys), cfg.rebind_within
+    pairs_k, pairs_v, twice = _presentation(keys, values, cfg, rng)
     others = rng.permutation(np.setdiff1d(np.arange(n), twice))[: cfg.queries_per_episode - r]
     asked = rng.permutation(np.concatenate([twice, others]))
     return _layout(pairs_k, pairs_v, keys[asked], values[asked], length)
@@ -294,6 +338,86 @@ def _meta_episode(cfg: ICRConfig, length: int, i: int):
     return _present_and_query(keys, values, cfg, rng, length)
 
 
+def _new_values(old: np.ndarray, cfg: ICRConfig, rng: np.random.Generator) -> np.ndarray:
+    """A value token other than ``old`` for every entry, uniformly among the n_values - 1 others."""
+    v0 = 2 + cfg.n_keys
+    return (old - v0 + 1 + rng.integers(0, cfg.n_values - 1, len(old))) % cfg.n_values + v0
+
+
+def _meta_sequence(cfg: ICRConfig, length: int, i: int):
+    """Meta-training item i: one episode (E = 1, the original layout and random numbers) or E episodes
+    in a row whose queries reach back ``meta_reach_back`` episodes (module docstring). x, y: [E * length]."""
+    E, D = cfg.meta_sequence_episodes, cfg.meta_reach_back
+    if E == 1:
+        return _meta_episode(cfg, length, i)
+    rng = seeded_rng("icr", "meta_sequence", cfg.meta_seed, i)
+    all_keys = np.arange(2, 2 + cfg.n_keys)
+    latest: Dict[int, int] = {}                  # key -> its newest value
+    bound_in: List[List[int]] = []               # keys each episode bound
+    xs, ys = [], []
+    P, Q = cfg.facts_per_episode, cfg.queries_per_episode
+    for e in range(E):
+        window = sorted({k for keys in bound_in[max(0, e - D):] for k in keys})
+        n_rebind = min(int(round(cfg.meta_rebind_fraction * P)), len(window))
+        again = rng.choice(window, n_rebind, replace=False).astype(np.int64) if n_rebind else np.zeros(0, np.int64)
+        fresh = rng.choice(np.setdiff1d(all_keys, window), P - n_rebind, replace=False).astype(np.int64)
+        keys = np.concatenate([fresh, again])
+        values = np.concatenate([
+            rng.integers(0, cfg.n_values, len(fresh)) + 2 + cfg.n_keys,
+            _new_values(np.array([latest[k] for k in again.tolist()], np.int64), cfg, rng),
+        ]).astype(np.int64)
+        pairs_k, pairs_v, twice = _presentation(keys, values, cfg, rng)
+        latest.update(zip(keys.tolist(), values.tolist()))
+        bound_in.append(keys.tolist())
+        # every key rebound in this episode (across or within) is queried; the rest from the whole window
+        must = np.union1d(again, keys[twice])
+        reachable = sorted({k for ks in bound_in[max(0, e - D):] for k in ks} - set(must.tolist()))
+        others = rng.choice(reachable, Q - len(must), replace=False) if Q > len(must) else np.zeros(0, np.int64)
+        asked = rng.permutation(np.concatenate([must, others]).astype(np.int64))[:Q]
+        answers = np.array([latest[k] for k in asked.tolist()], np.int64)
+        x, y = _layout(pairs_k, pairs_v, asked, answers, length)
+        xs.append(x)
+        ys.append(y)
+    return torch.cat(xs), torch.cat(ys)
+
+
+def _delay_episode(cfg: ICRConfig, length: int, filler: int, i: int):
+    """Delay-probe item i: P fresh facts, ``filler`` meta-training episodes over other keys, then SEP and
+    Q scored queries of the first facts (module docstring). x, y: [2 * (P + rebind_within) + filler * length + 1 + 2 Q]."""
+    rng = seeded_rng("icr", "delay", cfg.meta_seed, filler, i)
+    P = cfg.facts_per_episode
+    keys = rng.choice(cfg.n_keys, P, replace=False).astype(np.int64) + 2
+    values = rng.integers(0, cfg.n_values, P) + 2 + cfg.n_keys
+    pairs_k, pairs_v, twice = _presentation(keys, values, cfg, rng)
+    others = np.setdiff1d(np.arange(2, 2 + cfg.n_keys), keys)
+    parts_x, parts_y = [], []
+    for _ in range(filler):
+        fk = rng.choice(others, P, replace=False).astype(np.int64)
+        fv = rng.integers(0, cfg.n_values, P) + 2 + cfg.n_keys
+        fx, _ = _present_and_query(fk, fv, cfg, rng, length)
+        parts_x.append(fx)
+        parts_y.append(torch.full_like(fx, IGNORE))     # the filler's own queries are not scored
+    asked_idx = np.concatenate([twice, rng.permutation(np.setdiff1d(np.arange(P), twice))])[: cfg.queries_per_episode]
+    asked = keys[rng.permutation(asked_idx)]
+    value_of = dict(zip(keys.tolist(), values.tolist()))
+    answers = np.array([value_of[k] for k in asked.tolist()], np.int64)
+    context = np.stack([pairs_k, pairs_v], -1).reshape(-1)
+    head = torch.from_numpy(context.astype(np.int64))
+    tail_x, tail_y = _layout(np.zeros(0, np.int64), np.zeros(0, np.int64), asked, answers, 1 + 2 * len(asked))
+    x = torch.cat([head, *parts_x, tail_x])
+    y = torch.cat([torch.full_like(head, IGNORE), *parts_y, tail_y])
+    return x, y
+
+
+def delay_probe(cfg: Any, filler_episodes: int, n: int) -> EpisodeDataset:
+    """``n`` delay-probe items with ``filler_episodes`` episodes (``filler_episodes * train_len`` tokens)
+    between the facts and their queries; from the meta-training seed's own random stream."""
+    cfg = cfg if isinstance(cfg, ICRConfig) else icr_config(cfg)       # an ICRConfig is already resolved
+    if filler_episodes < 0 or n < 1:
+        raise ValueError(f"icr delay probe: filler_episodes must be >= 0 and n >= 1, got {filler_episodes}, {n}")
+    return EpisodeDataset(_delay_episode, (cfg, cfg.seq_len or train_len(cfg), filler_episodes), n)
+
+
 def icr_data(cfg: Any = None) -> StreamData:
     """The ICR stream without Avalanche: K train/test EpisodeDatasets, meta-training, ICRInfo."""
     cfg = icr_config(cfg)
@@ -306,13 +430,13 @@ def icr_data(cfg: Any = None) -> StreamData:
         train.append(EpisodeDataset(_train_episode, (cfg, world.keys[j], world.values[j], T_train, j),
                                     cfg.train_episodes))
         test.append(EpisodeDataset(_test_episode, (cfg, world.test_keys[j], tables[j], T_test, j), cfg.test_episodes))
-    meta = EpisodeDataset(_meta_episode, (cfg, T_train), cfg.meta_train_episodes)
+    meta = EpisodeDataset(_meta_sequence, (cfg, T_train), cfg.meta_train_episodes)
     info = ICRInfo(
         name="icr", metric="accuracy", n_experiences=cfg.n_experiences, seq_len=T_train, test_seq_len=T_test,
         vocab_size=2 + cfg.n_keys + cfg.n_values, config=cfg, variant=cfg.variant, regions=key_regions(cfg),
         tables=tables, test_keys=[k.tolist() for k in world.test_keys], rebound=world.rebound,
     )
-    return StreamData(train, test, meta, info)
+    return StreamData(train, test, meta, info, delay_probe=partial(delay_probe, cfg))
 
 
 def icr_benchmark(cfg: Any = None):

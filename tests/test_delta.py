@@ -1,5 +1,6 @@
-"""Gated DeltaNet: our chunked form against our recurrence and against flash-linear-attention's naive
-references (an independent implementation), outputs, final state and every gradient."""
+"""Gated DeltaNet (and DeltaNet, its g = 0 case): our chunked form against our recurrence and against
+flash-linear-attention's naive references (an independent implementation), outputs, final state and
+every gradient."""
 import pytest
 import torch
 
@@ -30,6 +31,23 @@ def test_matches_fla_naive_reference(T, D, chunk):
     assert rel_err(o, o_ref) < 1e-4 and rel_err(S, S_ref) < 1e-4
     o_rec, S_rec = gated_delta_rule_recurrent(q, k, v, decay, beta, initial_state=s0)
     assert rel_err(o_rec, o_ref) < 1e-4 and rel_err(S_rec, S_ref) < 1e-4
+
+
+@pytest.mark.parametrize("T,D,chunk", [(63, 16, 16), (40, 8, 64), (9, 4, 1)])
+def test_ungated_rule_matches_fla_delta_rule(T, D, chunk):
+    """DeltaNet's op (our gated rule with g = 0) against fla's delta_rule_recurrence, an independent
+    un-gated reference: layout [B, H, T, D], beta [B, H, T], q scaled by Dk^-1/2 inside (our default),
+    initial_state added to its own zeros. Outputs and final state, float32."""
+    from fla.ops.delta_rule.naive import delta_rule_recurrence
+
+    q, k, v, _, beta, s0 = inputs(2, T, 3, D, Dv=D + 2)
+    zeros = torch.zeros_like(beta)
+    qh, kh, vh, bh = (x.transpose(1, 2).contiguous() for x in (q, k, v, beta))
+    o_ref, S_ref = delta_rule_recurrence(qh, kh, vh, bh, initial_state=s0.clone(), output_final_state=True)
+    o_ref = o_ref.transpose(1, 2)
+    for fn in (gated_delta_rule_chunked, gated_delta_rule_recurrent):
+        o, S = fn(q, k, v, zeros, beta, initial_state=s0, chunk_size=chunk)
+        assert rel_err(o, o_ref) < 1e-4 and rel_err(S, S_ref) < 1e-4
 
 
 def test_gradients_of_chunked_and_recurrent_agree():

@@ -16,15 +16,25 @@ OPTIONS = {
     "linear": {"chunk_size": 7},
     "vq": {"codebook_size": 6, "chunk_size": 5},
     "delta": {"chunk_size": 6},
+    "deltanet": {"chunk_size": 6},
     "swa": {"window": 6},
     "ssm": {"chunk_size": 6},
+}
+# the baselines' design knobs (short conv, Taylor map, output norm, gate) through the same contract:
+# variant name -> (registered mixer, options)
+VARIANTS = {
+    "linear_taylor_conv": ("linear", {"chunk_size": 7, "feature_map": "taylor", "short_conv": 4, "output_norm": True}),
+    "delta_conv": ("delta", {"chunk_size": 6, "short_conv": 4, "output_gate": True}),
+    "deltanet_conv": ("deltanet", {"chunk_size": 5, "short_conv": 3, "output_norm": False}),
+    "ssm_conv": ("ssm", {"chunk_size": 6, "short_conv": 2, "output_norm": False}),
 }
 
 
 def make(kind, dtype=torch.float64):
     """A mixer in eval mode (VQ's codebook moves in training mode, see test_vq.py)."""
     torch.manual_seed(1)
-    return build_mixer(kind, D_MODEL, HEADS, OPTIONS.get(kind, {})).to(dtype).eval()
+    name, options = VARIANTS.get(kind, (kind, OPTIONS.get(kind, {})))
+    return build_mixer(name, D_MODEL, HEADS, options).to(dtype).eval()
 
 
 def run_split(mixer, x, cuts):
@@ -36,7 +46,7 @@ def run_split(mixer, x, cuts):
     return torch.cat(outs, 1), state
 
 
-@pytest.fixture(params=sorted(OPTIONS))
+@pytest.fixture(params=sorted(OPTIONS) + sorted(VARIANTS))
 def kind(request):
     return request.param
 
@@ -127,7 +137,7 @@ def test_bad_input(kind):
         mixer(torch.randn(4, D_MODEL))
     with pytest.raises(ValueError, match="d_model"):
         mixer(torch.randn(1, 4, D_MODEL + 1))
-    other = "linear" if kind != "linear" else "full"
+    other = "full" if kind.startswith("linear") else "linear"
     _, foreign = make(other, torch.float32)(torch.randn(1, 4, D_MODEL))
     with pytest.raises(ValueError, match="state must be"):
         mixer(torch.randn(1, 4, D_MODEL), foreign)

@@ -12,7 +12,7 @@ from typing import Any, Optional, Type
 
 from ovq_cl.base import Registry, validate
 from ovq_cl.layers.base import Mixer, MixerOptions
-from ovq_cl.layers.delta import GatedDeltaNet, GatedDeltaNetOptions
+from ovq_cl.layers.delta import DeltaNet, DeltaNetOptions, GatedDeltaNet, GatedDeltaNetOptions
 from ovq_cl.layers.linear import LinearAttention, LinearAttentionOptions
 from ovq_cl.layers.ovq import OVQAttention, OVQOptions
 from ovq_cl.layers.ssm import SSMMixer, SSMOptions
@@ -62,11 +62,12 @@ register_mixer("full", SoftmaxAttention)
 register_mixer("linear", LinearAttention)
 register_mixer("vq", VQAttention)
 register_mixer("delta", GatedDeltaNet)
+register_mixer("deltanet", DeltaNet)
 register_mixer("swa", SlidingWindowAttention)
 register_mixer("ssm", SSMMixer)
 
 __all__ = [
-    "FullAttentionOptions", "GatedDeltaNet", "GatedDeltaNetOptions", "LinearAttention", "LinearAttentionOptions",
+    "DeltaNet", "DeltaNetOptions", "FullAttentionOptions", "GatedDeltaNet", "GatedDeltaNetOptions", "LinearAttention", "LinearAttentionOptions",
     "MIXERS", "Mixer", "MixerOptions", "MixerSpec", "OVQAttention", "OVQOptions", "SlidingWindowAttention",
     "SlidingWindowOptions", "SoftmaxAttention", "SSMMixer", "SSMOptions", "VQAttention", "VQAttentionOptions", "build_mixer", "mixer_options",
     "register_mixer",

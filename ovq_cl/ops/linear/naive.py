@@ -2,7 +2,8 @@
 
 ``S_t = S_{t-1} + phi(k_t) v_t^T``, ``z_t = z_{t-1} + phi(k_t)``,
 ``o_t = phi(q_t) S_t / (phi(q_t) . z_t + eps)`` (the denominator only when ``normalize``).
-Every token writes the whole [Dk, Dv] state: the dense update that OVQ is compared against.
+Every token writes the whole [F, Dv] state: the dense update that OVQ is compared against. F is the
+feature dimension: Dk for the elementwise maps, 1 + Dk + Dk^2 for Based's Taylor map.
 """
 from __future__ import annotations
 
@@ -15,16 +16,30 @@ import torch.nn.functional as F
 from ovq_cl.ops.common import check_qkv, check_state_shape, compute_dtype
 from ovq_cl.state import MixerState
 
+
+def taylor_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """Based's second-order Taylor map (Arora et al. 2024), x [..., d] -> [..., 1 + d + d^2]:
+    ``phi(x) = (1, x / d^(1/4), vec(x x^T) / sqrt(2 d))`` so that
+    ``phi(q) . phi(k) = 1 + s + s^2 / 2`` with ``s = q . k / sqrt(d)``: the Taylor expansion of exp(s).
+    The full outer product (d^2 terms, as written in the paper); fla's TaylorFeatureMap keeps only its
+    d (d + 1) / 2 distinct terms, with the same inner products."""
+    d = x.shape[-1]
+    outer = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2)                # [..., d * d]
+    return torch.cat([torch.ones_like(x[..., :1]), x * d ** -0.25, outer * (2 * d) ** -0.5], dim=-1)
+
+
 FEATURE_MAPS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu1": lambda x: F.elu(x) + 1.0,
     "relu": F.relu,
     "identity": lambda x: x,
+    "taylor": taylor_feature_map,
 }
 
 
 @dataclasses.dataclass
 class LinearAttentionState(MixerState):
-    """S: [B, H, Dk, Dv] sum of phi(k) v^T; z: [B, H, Dk] sum of phi(k); seen: tokens absorbed."""
+    """S: [B, H, F, Dv] sum of phi(k) v^T; z: [B, H, F] sum of phi(k) (F = feature_dim(map, Dk));
+    seen: tokens absorbed."""
 
     S: torch.Tensor
     z: torch.Tensor
@@ -33,6 +48,12 @@ class LinearAttentionState(MixerState):
 
 def feature_map_names():
     return sorted(FEATURE_MAPS)
+
+
+def feature_dim(name: str, d: int) -> int:
+    """Width F of phi(x) for x of width d: d, or 1 + d + d^2 for "taylor"."""
+    feature_map(name)
+    return 1 + d + d * d if name == "taylor" else d
 
 
 def feature_map(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -47,13 +68,14 @@ def _prepare(q, k, v, initial_state, fmap, scale):
     dv = v.shape[-1]
     dtype = compute_dtype(q.dtype)
     phi = feature_map(fmap)
+    fdim = feature_dim(fmap, dk)                                             # the state's rows
     if initial_state is None:
         state = LinearAttentionState(
-            S=q.new_zeros(bsz, heads, dk, dv, dtype=dtype), z=q.new_zeros(bsz, heads, dk, dtype=dtype)
+            S=q.new_zeros(bsz, heads, fdim, dv, dtype=dtype), z=q.new_zeros(bsz, heads, fdim, dtype=dtype)
         )
     else:
-        check_state_shape("S", initial_state.S, (bsz, heads, dk, dv), "linear_attention")
-        check_state_shape("z", initial_state.z, (bsz, heads, dk), "linear_attention")
+        check_state_shape("S", initial_state.S, (bsz, heads, fdim, dv), "linear_attention")
+        check_state_shape("z", initial_state.z, (bsz, heads, fdim), "linear_attention")
         state = initial_state.detach().to(dtype=dtype)
     fq = phi(q.to(dtype) * scale).transpose(1, 2)
     fk = phi(k.to(dtype)).transpose(1, 2)
@@ -65,7 +87,8 @@ def linear_attention_chunked(
     normalize: bool = True, scale: float = 1.0, chunk_size: int = 64, eps: float = 1e-6,
     initial_state: Optional[LinearAttentionState] = None, output_final_state: bool = True,
 ) -> Tuple[torch.Tensor, Optional[LinearAttentionState]]:
-    """q, k: [B, T, H, Dk]; v: [B, T, H, Dv]. Returns o [B, T, H, Dv] and the final state."""
+    """q, k: [B, T, H, Dk]; v: [B, T, H, Dv]. Returns o [B, T, H, Dv] and the final state
+    (S [B, H, F, Dv], z [B, H, F], F = feature_dim(feature_map_name, Dk))."""
     if chunk_size < 1:
         raise ValueError(f"linear_attention: chunk_size must be >= 1, got {chunk_size}")
     state, fq, fk, vt = _prepare(q, k, v, initial_state, feature_map_name, scale)

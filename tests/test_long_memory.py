@@ -1,0 +1,187 @@
+"""Long memory: meta-training sequences whose queries reach back D episodes (with rebinding), truncated
+BPTT, the delay probe, the delay-recall curve and the delay gate."""
+import math
+
+import pytest
+import torch
+
+from experiments.config import run_config
+from experiments.runner import run
+from ovq_cl import DecoderLM, model_config
+from ovq_cl.base import IGNORE
+from strategies.delay import DelayCurve, DelayPoint, delay_gate, filler_ladder, measure_delay_curve
+from strategies.step import train_step
+from streams.icr import _meta_episode, icr_config, icr_data, train_len
+
+from test_measurement import TableOracle, TableState
+from test_runner import TINY
+
+LONG = {"meta_sequence_episodes": 6, "meta_reach_back": 3, "meta_rebind_fraction": 0.25, "n_keys": 64,
+        "facts_per_episode": 8, "queries_per_episode": 4}
+
+
+def _episodes(x, y, T):
+    return list(zip(x.split(T), y.split(T)))
+
+
+def test_one_episode_per_sequence_is_the_original_meta_training_item():
+    data = icr_data({})
+    cfg = icr_config({})
+    for i in (0, 7):
+        x, y = data.meta_train[i]
+        x0, y0 = _meta_episode(cfg, train_len(cfg), i)
+        assert torch.equal(x, x0) and torch.equal(y, y0)
+
+
+@pytest.mark.parametrize("variant", ["basic", "positional"])
+def test_meta_sequences_ask_the_newest_binding_at_most_D_episodes_back(variant):
+    cfg = icr_config({**LONG, "variant": variant})
+    data = icr_data(cfg)
+    T, E, D = train_len(cfg), cfg.meta_sequence_episodes, cfg.meta_reach_back
+    reach, rebound = [], 0
+    for i in range(40):
+        x, y = data.meta_train[i]
+        assert x.shape == (E * T,)
+        history = {}                                    # key -> [(episode, value)] in order of presentation
+        for e, (xe, ye) in enumerate(_episodes(x, y, T)):
+            sep = int((xe == 1).nonzero()[0])
+            keys_here = xe[:sep:2].tolist()
+            rebound += sum(k in history and history[k][-1][0] >= e - D for k in set(keys_here))
+            for k, v in zip(xe[:sep:2].tolist(), xe[1:sep:2].tolist()):
+                history.setdefault(k, []).append((e, v))
+            for t in (ye != IGNORE).nonzero().flatten().tolist():
+                key, label = int(xe[t]), int(ye[t])
+                last_episode, newest = history[key][-1]
+                assert label == newest, "the answer is the key's newest binding"
+                assert e - D <= last_episode <= e, "a query reaches back at most D episodes"
+                reach.append(e - last_episode)
+    assert max(reach) == D and min(reach) == 0
+    assert rebound > 0, "some keys are rebound across episodes"
+
+
+def test_a_memory_that_keeps_the_first_binding_fails_rebound_queries_and_a_tracker_does_not():
+    data = icr_data(LONG)
+    x, y = map(torch.stack, zip(*[data.meta_train[i] for i in range(16)]))
+    vocab = data.info.vocab_size
+    scored = y != IGNORE
+    for rule, perfect in (("latest", True), ("first", False)):
+        out, _ = TableOracle(vocab, 64, rule)(x)
+        acc = float((out.argmax(-1)[scored] == y[scored]).float().mean())
+        assert (acc == 1.0) == perfect, (rule, acc)
+
+
+@pytest.mark.parametrize("filler", [0, 1, 3])
+def test_the_delay_probe_scores_only_the_first_facts_after_the_filler(filler):
+    cfg = icr_config({"n_keys": 64})
+    data = icr_data(cfg)
+    T, P, Q = train_len(cfg), cfg.facts_per_episode, cfg.queries_per_episode
+    for i in range(5):
+        x, y = data.delay_probe(filler, 5)[i]
+        assert x.shape == (2 * P + filler * T + 1 + 2 * Q,)
+        facts = dict(zip(x[:2 * P:2].tolist(), x[1:2 * P:2].tolist()))
+        filler_keys = set(x[2 * P:2 * P + filler * T].tolist()) & set(range(2, 66))
+        assert not filler_keys & set(facts), "the filler uses other keys"
+        scored = (y != IGNORE).nonzero().flatten()
+        assert len(scored) == Q and int(scored[0]) == 2 * P + filler * T + 1
+        assert all(int(y[t]) == facts[int(x[t])] for t in scored)
+
+
+class WindowOracle(TableOracle):
+    """The table oracle that only remembers bindings made in the last ``window`` tokens."""
+
+    def __init__(self, vocab_size, n_keys, window):
+        super().__init__(vocab_size, n_keys, "latest")
+        self.window = window
+
+    def forward(self, x, states=None):
+        B, T = x.shape
+        out = torch.zeros(B, T, self.vocab_size)
+        for t in range(T):
+            ctx = x[:, max(0, t - self.window):t + 1]
+            full, _ = super().forward(ctx)
+            out[:, t] = full[:, -1]
+        return out, [TableState(torch.zeros(B, 1, dtype=torch.long))]
+
+
+def test_delay_curve_known_answers_for_a_perfect_and_a_windowed_memory():
+    data = icr_data({"n_keys": 64})
+    T = data.info.seq_len
+    vocab = data.info.vocab_size
+    fillers = filler_ladder(4 * T, T)
+    assert fillers == [0, 1, 2, 4]
+    perfect = measure_delay_curve(TableOracle(vocab, 64, "latest"), data.delay_probe, fillers, T, "accuracy", episodes=8)
+    assert [p.delay for p in perfect.points] == [0, T, 2 * T, 4 * T]
+    assert all(p.score == 1.0 for p in perfect.points) and perfect.span() is None
+    assert delay_gate(perfect, 2 * T, 0.5).learned is True
+    windowed = measure_delay_curve(WindowOracle(vocab, 64, 40), data.delay_probe, fillers, T, "accuracy", episodes=8)
+    scores = [p.score for p in windowed.points]
+    assert scores[0] == 1.0 and scores[2] == scores[3] == 0.0
+    assert windowed.span() == (T if scores[1] < 0.5 else 2 * T)
+    assert delay_gate(windowed, 2 * T, 0.5).learned is False
+    assert delay_gate(windowed, 0, 0.5).learned is True
+    assert delay_gate(windowed, 100 * T, 0.5).learned is None, "past the curve: not measured"
+    assert DelayCurve.from_dict(windowed.as_dict()).points == windowed.points
+
+
+def test_filler_ladder_reaches_the_longest_delay():
+    assert filler_ladder(0, 25) == [0]
+    assert filler_ladder(800, 25) == [0, 1, 2, 4, 8, 16, 32]
+    assert filler_ladder(801, 25)[-1] == 64
+    with pytest.raises(ValueError):
+        filler_ladder(10, 0)
+
+
+def test_span_for_a_lower_is_better_metric():
+    pts = [DelayPoint(f, f * 10, s, 0.0, 1.0, 0.0, 4) for f, s in ((0, 0.1), (1, 0.3), (2, 0.7))]
+    assert DelayCurve("mse", pts).span(0.5) == 20
+    assert DelayCurve("accuracy", pts).span(0.5) == 0
+
+
+# ------------------------------------------------------------------------------------ truncated BPTT
+
+
+def _model_and_batch(seed=0):
+    torch.manual_seed(seed)
+    model = DecoderLM(model_config({"vocab_size": 100, "d_model": 32, "n_layers": 2, "n_heads": 2, "layers": ["delta"]}))
+    data = icr_data(LONG)
+    x, y = map(torch.stack, zip(*[data.meta_train[i] for i in range(4)]))
+    return model, x, y
+
+
+def _step(tbptt):
+    model, x, y = _model_and_batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss, out, _ = train_step(model, opt, x, y, grad_clip=None, tbptt=tbptt)
+    return loss, out, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_truncated_bptt_computes_the_same_forward_and_cuts_only_the_gradient():
+    T = _model_and_batch()[1].shape[1]
+    loss_full, out_full, w_full = _step(0)
+    loss_long, _, w_long = _step(T)
+    assert torch.equal(w_full, w_long), "a segment as long as the item is the full step"
+    loss_cut, out_cut, w_cut = _step(T // 3)
+    # the forward is the same computation split across calls (the mixer contract), so the loss is too
+    assert torch.allclose(out_cut, out_full.detach(), atol=1e-4)
+    assert abs(float(loss_cut.detach()) - float(loss_full.detach())) < 1e-4
+    assert not torch.allclose(w_cut, w_full, atol=1e-7), "the gradient through the segment borders is cut"
+
+
+# ------------------------------------------------------------------------------------------- runner
+
+
+@pytest.mark.parametrize("strategy,required", [("frozen", True), ("naive", False)])
+def test_the_runner_measures_the_delay_curve_and_gates_frozen_runs_on_it(tmp_path, strategy, required):
+    cfg = run_config({**TINY, "tracking": {"enabled": False}, "checkpoint": {"enabled": False},
+                      "strategy": {**TINY["strategy"], "name": strategy}, "meta_train": {"steps": 2, "batch_size": 4},
+                      "gate": {"delay_episodes": 4}, "output_dir": str(tmp_path)})
+    result = run(cfg)
+    d = result.delay
+    T = d["episode"]
+    assert d["learning"] == 2 * T and d["longest"] == 3 * 2 * T     # 8 episodes / 4 lanes, 3 experiences
+    points = d["curve"]["points"]
+    assert points[0]["delay"] == 0 and points[-1]["delay"] >= d["longest"]
+    assert d["required"] is required
+    flags = [result.gate["learned"], result.stream_gate["learned"]] + ([d["gate"]["learned"]] if required else [])
+    assert result.learned == all(flags)
+    assert math.isfinite(d["gate"]["skill"])
