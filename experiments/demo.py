@@ -17,7 +17,7 @@ from strategies.scores import SequenceScore
 from strategies.step import train_step
 from streams.recall import RecallSpec, recall_batch
 
-DEFAULT_MIXERS = ["ovq", "vq", "full", "swa", "linear", "delta", "ssm", "swa+ovq"]
+DEFAULT_MIXERS = ["ovq", "vq", "full", "swa", "linear", "delta", "deltanet", "ssm", "swa+ovq"]
 
 
 @dataclass
@@ -47,6 +47,7 @@ class DemoConfig:
         "vq": {"codebook_size": 32, "chunk_size": 8},
         "swa": {"window": 16},
         "delta": {"chunk_size": 16},
+        "deltanet": {"chunk_size": 16},
         "ssm": {"chunk_size": 16},
     })
 

@@ -178,7 +178,7 @@ def test_taylor_feature_map_gives_the_second_order_taylor_kernel():
     q, k = torch.randn(5, d, dtype=torch.float64), torch.randn(5, d, dtype=torch.float64)
     s = (q * k).sum(-1) / d ** 0.5
     phi_q, phi_k = taylor_feature_map(q), taylor_feature_map(k)
-    assert phi_q.shape == (5, feature_dim("taylor", d)) == (5, 1 + d + d * d)
+    assert phi_q.shape == (5, feature_dim("taylor", d)) == (5, 1 + d + d * (d + 1) // 2)
     assert rel_err((phi_q * phi_k).sum(-1), 1 + s + s * s / 2) < 1e-12
     assert feature_dim("elu1", d) == d
 
@@ -202,7 +202,7 @@ def test_taylor_linear_attention_matches_fla_based_and_the_dense_answer(T, chunk
     v = torch.randn(2, T, 3, 5, generator=g, dtype=torch.float64)
     o, state = linear_attention_chunked(q, k, v, "taylor", normalize=True, chunk_size=chunk)
     o_rec, state_rec = linear_attention_recurrent(q, k, v, "taylor", normalize=True)
-    assert state.S.shape == (2, 3, 1 + 6 + 36, 5) and state.z.shape == (2, 3, 43)
+    assert state.S.shape == (2, 3, 1 + 6 + 21, 5) and state.z.shape == (2, 3, 28)
     assert rel_err(o, o_rec) < 1e-10 and rel_err(state.S, state_rec.S) < 1e-10
     assert rel_err(o, dense_taylor_attention(q, k, v)) < 1e-10
     qf, kf, vf = (x.transpose(1, 2).float() for x in (q, k, v))
@@ -214,15 +214,15 @@ def test_taylor_linear_attention_matches_fla_based_and_the_dense_answer(T, chunk
 
 
 def test_taylor_state_size_and_the_budget_sizer():
-    """S [B, H, 1+d+d^2, d] and z [B, H, 1+d+d^2]: at 65,536 B for 4 heads (4,096 floats a head),
-    (1+d+d^2)(d+1) <= 4096 gives d = 15 (3,856; d = 16 needs 4,641); elu1's d(d+1) gives d = 63."""
+    """S [B, H, F, d] and z [B, H, F], F = 1+d+d(d+1)/2: at 65,536 B for 4 heads (4,096 floats a head),
+    F (d+1) <= 4096 gives d = 18 (3,610; d = 19 needs 4,200); elu1's d(d+1) gives d = 63."""
     mixer = build_mixer("linear", D_MODEL, HEADS, {"feature_map": "taylor"})
     d = mixer.head_dim
-    assert mixer.state_nbytes(100, batch_size=2) == 2 * HEADS * (1 + d + d * d) * (d + 1) * 4
-    assert size_to_budget("linear", 64, 4, 65536, {"feature_map": "taylor"}).head_dim == 15
+    assert mixer.state_nbytes(100, batch_size=2) == 2 * HEADS * (1 + d + d * (d + 1) // 2) * (d + 1) * 4
+    assert size_to_budget("linear", 64, 4, 65536, {"feature_map": "taylor"}).head_dim == 18
     assert size_to_budget("linear", 64, 4, 65536).head_dim == 63
     with_conv = size_to_budget("linear", 64, 4, 65536, {"feature_map": "taylor", "short_conv": 4})
-    assert with_conv.head_dim == 15                       # + the cache, 3 (K-1) d a head: 3,991 floats
+    assert with_conv.head_dim == 18                       # + the cache, 3 (K-1) d a head: 3,772 floats
     assert state_bytes("linear", 64, 4, with_conv) <= 65536
 
 

@@ -24,7 +24,7 @@ class LinearMixerState(LinearAttentionState):
 @dataclasses.dataclass(frozen=True)
 class LinearAttentionOptions(MixerOptions):
     """feature_map: "elu1", "relu", "identity" or "taylor" (Based's 1 + s + s^2/2 kernel, s = q.k/sqrt(d);
-    feature dimension 1 + d + d^2, so the state is d + 1 + 1/d times larger at the same head_dim);
+    feature dimension 1 + d + d (d + 1) / 2, so the state is about (d + 3) / 2 times larger at the same head_dim);
     normalize: divide by the feature-map normaliser; chunk_size: tokens per chunk of the chunked form;
     short_conv: kernel size of a causal depthwise conv + SiLU on q, k, v (fla's layers use 4; 0 = off);
     output_norm: per-head RMSNorm of the output before o_proj (Based and fla's linear attention

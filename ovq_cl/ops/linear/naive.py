@@ -18,14 +18,19 @@ from ovq_cl.state import MixerState
 
 
 def taylor_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """Based's second-order Taylor map (Arora et al. 2024), x [..., d] -> [..., 1 + d + d^2]:
-    ``phi(x) = (1, x / d^(1/4), vec(x x^T) / sqrt(2 d))`` so that
+    """Based's second-order Taylor map (Arora et al. 2024), x [..., d] -> [..., 1 + d + d (d + 1) / 2]:
     ``phi(q) . phi(k) = 1 + s + s^2 / 2`` with ``s = q . k / sqrt(d)``: the Taylor expansion of exp(s).
-    The full outer product (d^2 terms, as written in the paper); fla's TaylorFeatureMap keeps only its
-    d (d + 1) / 2 distinct terms, with the same inner products."""
+
+    Written in the paper as ``(1, x / d^(1/4), vec(x x^T) / sqrt(2 d))``; the outer product is symmetric,
+    so (as fla's TaylorFeatureMap does) only its d (d + 1) / 2 distinct terms are kept: the squares
+    x_i^2 / sqrt(2 d) and the products x_i x_j / sqrt(d) for i < j (each stands for two equal terms).
+    Same inner products, half the state: what a matched state budget must count."""
     d = x.shape[-1]
-    outer = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2)                # [..., d * d]
-    return torch.cat([torch.ones_like(x[..., :1]), x * d ** -0.25, outer * (2 * d) ** -0.5], dim=-1)
+    rows, cols = torch.triu_indices(d, d, device=x.device)
+    outer = x[..., rows] * x[..., cols]                                     # [..., d (d + 1) / 2]
+    weight = torch.full(rows.shape, d ** -0.5, dtype=x.dtype, device=x.device)
+    weight[rows == cols] = (2 * d) ** -0.5
+    return torch.cat([torch.ones_like(x[..., :1]), x * d ** -0.25, outer * weight], dim=-1)
 
 
 FEATURE_MAPS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -51,9 +56,9 @@ def feature_map_names():
 
 
 def feature_dim(name: str, d: int) -> int:
-    """Width F of phi(x) for x of width d: d, or 1 + d + d^2 for "taylor"."""
+    """Width F of phi(x) for x of width d: d, or 1 + d + d (d + 1) / 2 for "taylor"."""
     feature_map(name)
-    return 1 + d + d * d if name == "taylor" else d
+    return 1 + d + d * (d + 1) // 2 if name == "taylor" else d
 
 
 def feature_map(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
