@@ -57,7 +57,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sweep_p.add_argument("config", help="the base YAML run config")
     sweep_p.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     sweep_p.add_argument("--grid", action="append", default=[],
-                         help="KEY=V1;V2;... (repeatable), e.g. --grid 'model.layers=[ovq];[full]' --grid 'seed=0;1;2'")
+                         help="KEY=V1;V2;... (repeatable), e.g. --grid 'model.layers=[ovq];[full]' --grid 'seed=0;1;2'; keys that change together: --grid 'a&b=1&32;8&4'")
     sweep_p.add_argument("--name", default="sweep", help="name of the parent MLflow run")
     sweep_p.add_argument("--out", default="outputs/sweeps", help="folder for the table and the plot")
     sweep_p.add_argument("--rerun", action="store_true", help="run again the configs that already finished")

@@ -49,6 +49,7 @@ class RunRecord:
     data_seed: Optional[int] = None
     R: Optional[List[List[Optional[float]]]] = None
     tokens_after: Optional[List[int]] = None
+    delay: Dict[str, Any] = field(default_factory=dict)   # the delay-recall curve and gate (runner's ``delay``)
 
     @property
     def replicate(self) -> Tuple:
@@ -64,6 +65,7 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         gate_skill=_num((d.get("gate") or {}).get("skill")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
+        delay=dict(d.get("delay") or {}),
     )
 
 
@@ -216,6 +218,42 @@ def summary_table(records: Iterable[RunRecord]) -> str:
             cells = [key, str(len(runs))] + [_cell(runs, c, current=True, needs_learning=c.startswith("forgetting"))
                                               for c in CURRENT_COLUMNS]
             lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _curve_score(r: RunRecord, delay: int) -> float:
+    """The run's delay-curve score at the first measured delay >= ``delay`` (NaN without a curve)."""
+    for p in (r.delay.get("curve") or {}).get("points", []):
+        if p["delay"] >= delay:
+            return float(p["score"])
+    return math.nan
+
+
+def delay_table(records: Iterable[RunRecord]) -> str:
+    """One row per configuration with a delay-recall curve: the score at delay 0 (the in-context task),
+    at the learning delay (one experience per lane: the delay gate) and at the longest delay the stream
+    tests, each mean ± std [95% CI] over seeds; the span (first delay below the level; '>L' when it never
+    falls below it up to L tokens) per seed; how many runs pass the delay gate. '' when no run has a curve."""
+    groups = {k: [r for r in v if r.delay.get("curve")] for k, v in group_records(records).items()}
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return ""
+    any_run = next(iter(groups.values()))[0].delay
+    head = ["configuration", "n", "score @ delay 0", f"@ learning delay ({any_run['learning']} tokens)",
+            f"@ longest ({any_run['longest']} tokens)", "span per seed (tokens)", "delay gate"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups):
+        runs = groups[key]
+        cells = [key, str(len(runs))]
+        for where in (0, runs[0].delay["learning"], runs[0].delay["longest"]):
+            cells.append(mean_interval([_curve_score(r, where) for r in runs]).format())
+        spans = [r.delay.get("span") for r in runs]
+        last = [r.delay["curve"]["points"][-1]["delay"] for r in runs]
+        cells.append(", ".join(f">{m}" if s is None else str(s) for s, m in zip(spans, last)))
+        passed = [r.delay.get("gate", {}).get("learned") for r in runs]
+        cells.append(f"{sum(bool(p) for p in passed)}/{sum(p is not None for p in passed)} recall"
+                     + ("" if any(r.delay.get("required") for r in runs) else " (not a gate here)"))
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -61,6 +61,8 @@ class StudySpec:
     results: List[str] = field(default_factory=list)     # JSON files (relative to the project)
     select: Dict[str, List[str]] = field(default_factory=dict)   # keep runs whose param KEY is one of these
     baseline: Optional[str] = None                       # configuration or mixer pattern for paired tests
+    partition: Optional[str] = None                      # param key: paired tests within each of its values
+    plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     findings: str = ""
 
 
@@ -136,6 +138,72 @@ def _matrices(records: List[compare.RunRecord], raw: List[dict]) -> str:
     return "```\n" + "\n".join(lines).rstrip() + "\n```"
 
 
+def _partitions(records: List[compare.RunRecord], key: Optional[str]):
+    """[(value, records with params[key] == value)] in order of value; [(None, records)] without a key.
+    A run without the key (e.g. an unsized mixer) joins every partition."""
+    if not key:
+        return [(None, records)]
+    def value(r):
+        v = r.params.get(key)
+        return None if v in (None, "None", "null") else v
+
+    values = sorted({value(r) for r in records if value(r) is not None}, key=_numeric_first)
+    return [(v, [r for r in records if value(r) in (None, v)]) for v in values]
+
+
+def _numeric_first(v: str):
+    try:
+        return (0, float(v), v)
+    except ValueError:
+        return (1, 0.0, v)
+
+
+def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str) -> None:
+    """Forgetting (max-based) and learning score against state bytes per layer and lane, one line per
+    mixer (model.layers), 95% CIs over seeds; forgetting only from runs that passed every gate, and a
+    configuration none of whose runs learned is drawn as an open marker at its learning score only."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.statistics import mean_interval
+
+    by_mixer: Dict[str, list] = {}
+    for key, runs in compare.group_records(records).items():
+        mixer = "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or key
+        sizes = [statistics.fmean(r.state_bytes) for r in runs if r.state_bytes]
+        if not sizes:
+            continue
+        learned = [r for r in runs if r.learned is not False]
+        forget = mean_interval([r.summary.get("forgetting_max", float("nan")) for r in learned]) if learned else None
+        learn = mean_interval([r.summary.get("learning_average", float("nan")) for r in runs])
+        by_mixer.setdefault(mixer, []).append((statistics.fmean(sizes), forget, learn))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for mixer, pts in sorted(by_mixer.items()):
+        pts.sort(key=lambda p: p[0])
+        for ax, pick in ((axes[0], 1), (axes[1], 2)):
+            shown = [(p[0], p[pick]) for p in pts if p[pick] is not None and p[pick].n]
+            if not shown:
+                continue
+            xs = [x for x, _ in shown]
+            ys = [iv.mean for _, iv in shown]
+            err = [[iv.mean - iv.low if iv.n > 1 else 0 for _, iv in shown],
+                   [iv.high - iv.mean if iv.n > 1 else 0 for _, iv in shown]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=mixer)
+    axes[0].set_ylabel("forgetting_max (runs that learned)")
+    axes[1].set_ylabel("learning score (mean R[j][j], all runs)")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("state bytes per layer and lane")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
 def section(spec: StudySpec) -> str:
     raw = _raw(spec)
     records = [compare.record_from_json(d) for d in raw]
@@ -151,9 +219,18 @@ def section(spec: StudySpec) -> str:
         parts += [f"{len(raw)} runs, wall time per run {statistics.fmean(walls):.0f} s mean "
                   f"({min(walls):.0f}-{max(walls):.0f} s) on this project's 2-core CPU machine.", ""]
     parts += [compare.summary_table(records), ""]
+    delays = compare.delay_table(records)
+    if delays:
+        parts += ["Delay-recall curves (measured after meta-training, before the stream, from a fresh state; "
+                  "`docs/measurement.md`):", "", delays, ""]
+    if spec.plot:
+        plot_by_state_bytes(records, os.path.join(PROJECT_DIR, spec.plot), spec.title)
+        parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]
     if spec.baseline:
-        parts += ["Paired against the baseline (same seeds of model and data; difference = row - baseline):", "",
-                  compare.paired_table(records, spec.baseline), ""]
+        for value, subset in _partitions(records, spec.partition):
+            where = "" if value is None else f" ({spec.partition} = {value})"
+            parts += [f"Paired against the baseline{where} (same seeds of model and data; difference = row - baseline):",
+                      "", compare.paired_table(subset, spec.baseline), ""]
     parts += [_matrices(records, raw), ""]
     if spec.findings.strip():
         parts += ["Findings:", "", spec.findings.strip(), ""]

@@ -14,16 +14,30 @@ def expand(base, overrides: Sequence[str], grid: Dict[str, List[str]], plugins: 
 
     expand("experiments/configs/icr_frozen.yaml", [], {"model.layers": ["[ovq]", "[full]"], "seed": ["0", "1"]})
     -> 4 RunConfigs.
+
+    Keys that must change together form one axis: ``"a&b": ["1&32", "8&4"]`` sets a=1, b=32, then a=8, b=4.
     """
     keys = list(grid)
     configs = []
     for values in itertools.product(*(grid[k] for k in keys)):
-        configs.append(run_config(base, list(overrides) + [f"{k}={v}" for k, v in zip(keys, values)], plugins=plugins))
+        configs.append(run_config(base, list(overrides) + [o for k, v in zip(keys, values) for o in _assignments(k, v)],
+                                  plugins=plugins))
     return configs
 
 
+def _assignments(key: str, value: str) -> List[str]:
+    """``"a&b", "1&2"`` -> ``["a=1", "b=2"]``; a plain key -> ``["key=value"]``."""
+    if "&" not in key:
+        return [f"{key}={value}"]
+    keys, values = key.split("&"), value.split("&")
+    if len(keys) != len(values):
+        raise ValueError(f"grid axis {key!r}: value {value!r} has {len(values)} parts for {len(keys)} keys")
+    return [f"{k.strip()}={v.strip()}" for k, v in zip(keys, values)]
+
+
 def parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:
-    """["model.layers=[ovq];[full]", "seed=0;1;2"] -> {"model.layers": ["[ovq]", "[full]"], "seed": ["0", "1", "2"]}."""
+    """["model.layers=[ovq];[full]", "seed=0;1;2"] -> {"model.layers": ["[ovq]", "[full]"], "seed": ["0", "1", "2"]}.
+    Joint axes: "a&b=1&32;8&4" (the values of a and b change together)."""
     grid: Dict[str, List[str]] = {}
     for item in items:
         if "=" not in item:
@@ -32,6 +46,8 @@ def parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:
         grid[key.strip()] = [v.strip() for v in values.split(";") if v.strip()]
         if not grid[key.strip()]:
             raise ValueError(f"grid entry {item!r} has no values")
+        for v in grid[key.strip()]:
+            _assignments(key.strip(), v)                 # a joint axis with a wrong number of parts fails here
     return grid
 
 

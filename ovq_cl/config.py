@@ -87,10 +87,13 @@ class ModelConfig:
         sized = {}
         for name in sorted(set(self.layers)):
             knob = MIXERS.get(name).cls.budget_knob
-            if knob is not None and knob in dict(given.get(name) or {}):
+            set_value = None if knob is None else dict(given.get(name) or {}).get(knob)
+            free = dict(full[name]) if knob is None else {**full[name], knob: getattr(MIXERS.get(name).options_type(), knob)}
+            options = size_to_budget(name, self.d_model, self.n_heads, self.state_budget, free)
+            # a knob already equal to the budget's value is a resolved config resolved again (idempotent)
+            if set_value is not None and set_value != getattr(options, knob):
                 raise ValueError(f"model config: model.mixers.{name}.{knob} is set and model.state_budget sizes it: "
                                  "give one of the two")
-            options = size_to_budget(name, self.d_model, self.n_heads, self.state_budget, full[name])
             sized[name] = dataclasses.asdict(options)
         return sized
 

@@ -8,7 +8,7 @@ from ovq_cl.layers import MIXERS
 from ovq_cl.layers.budget import size_to_budget, state_bytes
 
 SIZED = {"ovq": "num_slots", "vq": "codebook_size", "swa": "window", "linear": "head_dim", "delta": "head_dim",
-         "ssm": "head_dim"}
+         "deltanet": "head_dim", "ssm": "head_dim"}
 
 
 @pytest.mark.parametrize("budget", [32768, 67840, 270592])
@@ -40,6 +40,14 @@ def test_the_model_config_sizes_its_mixers_and_refuses_two_answers():
         model_config({"layers": ["ovq"], "state_budget": 67840, "mixers": {"ovq": {"num_slots": 64}}})
     with pytest.raises(ValueError, match="below the smallest ovq state"):
         model_config({"layers": ["ovq"], "state_budget": 10})
+
+
+@pytest.mark.parametrize("layers", [["ovq"], ["linear"], ["swa", "delta"]])
+def test_a_resolved_config_resolves_to_itself(layers):
+    """The runner checks a config that run_config already resolved: sizing twice changes nothing and is
+    not mistaken for a knob given beside the budget."""
+    once = model_config({"layers": layers, "state_budget": 67840})
+    assert once.resolved() == once
 
 
 def test_state_sizes_cli_prints_the_sizing(capsys):

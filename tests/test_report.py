@@ -69,3 +69,33 @@ def test_cli_compare_reads_sweep_json_and_pairs_against_a_baseline(study, capsys
     out = capsys.readouterr().out
     assert "95% CI" in out and "baseline: layers=['ovq']" in out and "not learned" in out
     assert main(["report", "--out", str(study / "R.md")]) == 0 and (study / "R.md").exists()
+
+
+def _with_budget_and_curve(run, budget, span_delay):
+    """A run record at a state budget, with a delay curve that falls below 0.5 at ``span_delay``."""
+    points = [{"filler_episodes": f, "delay": 25 * f, "score": 1.0 if 25 * f < span_delay else 0.1,
+               "standard_error": 0.01, "chance": 0.05, "skill": 0.9, "episodes": 8} for f in (0, 1, 2, 4, 8)]
+    run = dict(run, params={**run["params"], "model.state_budget": str(budget)},
+               state_bytes_per_layer_lane=[float(budget)] * 2)
+    run["delay"] = {"curve": {"metric": "accuracy", "points": points}, "learning": 50, "longest": 200, "episode": 25,
+                    "span": span_delay if span_delay <= 200 else None, "required": True,
+                    "gate": {"learned": span_delay > 50, "skill": 0.9}}
+    return run
+
+
+def test_budget_partitions_pair_within_a_budget_and_the_delay_table_and_plot(study):
+    runs = [_with_budget_and_curve(_run(m, s, [[1.0, 0.0], [0.9 - 0.1 * (m == "ovq") * (b == 2), 0.95]]), b, span)
+            for b in (1, 2) for s in range(3) for m, span in (("ovq", 1000), ("swa", 25))]
+    runs += [dict(_run("full", s, [[1.0, 0.0], [1.0, 1.0]]), params={**_run("full", s, [[1]])["params"],
+                                                                      "model.state_budget": "None"}) for s in range(3)]
+    (study / "results" / "budgets.json").write_text(json.dumps(runs))
+    (study / "studies" / "budgets.yaml").write_text(
+        "title: 'Budgets'\ncommands: ['ovq-cl sweep x']\nresults: [results/budgets.json]\nbaseline: ovq\n"
+        "partition: model.state_budget\nplot: results/budgets.png\n")
+    text = report.section(report.load_study("budgets"))
+    assert "model.state_budget = 1)" in text and "model.state_budget = 2)" in text
+    assert text.count("Paired against the baseline") == 2, "paired tests within each budget, full in both"
+    assert "@ learning delay (50 tokens)" in text
+    assert "| layers=['ovq'], state_budget=1 | 3 | 1.000" in text and ">200, >200, >200 | 3/3 recall" in text
+    assert "| 25, 25, 25 | 0/3 recall |" in text
+    assert (study / "results" / "budgets.png").stat().st_size > 1000

@@ -17,6 +17,15 @@ def test_grid_expands_to_every_combination():
         parse_grid(["seed"])
 
 
+def test_a_joint_axis_changes_its_keys_together():
+    grid = parse_grid(["meta_train.batch_size&meta_train.steps=32&10;4&20", "seed=0;1"])
+    configs = expand(TINY, [], grid)
+    assert sorted((c.meta_train.batch_size, c.meta_train.steps, c.seed) for c in configs) == [
+        (4, 20, 0), (4, 20, 1), (32, 10, 0), (32, 10, 1)]
+    with pytest.raises(ValueError, match="2 parts for 3 keys"):
+        parse_grid(["a&b&c=1&2"])
+
+
 def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch):
     """Seeds of model and data vary together by default; the two runs are replicates of one
     configuration, whether read from the RunResults, their JSON records or the MLflow store."""
