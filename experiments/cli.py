@@ -46,6 +46,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     demo.add_argument("--mixers", default=None, help="comma-separated mixer names (default: all demo mixers)")
     demo.add_argument("--steps", type=int, default=None)
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--state-budget", default=None,
+                      help="bytes of state per layer and lane every mixer is sized to (default 16960; 'none': "
+                           "each mixer's own options)")
     demo.add_argument("--no-progress", action="store_true")
     run_p = sub.add_parser("run", parents=[plugin], help="one run: meta-training, then the stream, tracked in MLflow")
     run_p.add_argument("config", help="a YAML run config (see experiments/configs/)")
@@ -128,6 +131,13 @@ def _dispatch(args, parser) -> int:
             if args.steps < 1:
                 parser.error("--steps must be >= 1")
             cfg.steps = args.steps
+        if args.state_budget is not None:
+            if args.state_budget.lower() == "none":
+                cfg.state_budget = None
+            elif not args.state_budget.isdigit() or int(args.state_budget) < 1:
+                parser.error(f"--state-budget must be a positive number of bytes or 'none', got {args.state_budget!r}")
+            else:
+                cfg.state_budget = int(args.state_budget)
         run_demo(cfg, progress=not args.no_progress)
     elif args.command == "run":
         from experiments.config import run_config

@@ -1,7 +1,9 @@
 """The demo: train the small LM with each mixer on multi-query associative recall, print a table.
 
-Same data, same seed, same budget for every mixer; accuracy on answer tokens of held-out episodes;
-state bytes per layer and lane at the episode length.
+Same data, same seed, same training budget and the same state budget for every mixer (``state_budget``
+bytes per layer and lane size OVQ's slots, VQ's codes, the window and the dense mixers' head width;
+full attention's cache is not sized); accuracy on answer tokens of held-out episodes; state bytes per
+layer and lane at the episode length; parameters (the head width changes them).
 """
 from __future__ import annotations
 
@@ -42,10 +44,11 @@ class DemoConfig:
     n_layers: int = 2
     n_heads: int = 4
     task: RecallSpec = field(default_factory=RecallSpec)
+    # bytes per layer and lane; 16,960 gives OVQ 32 slots (None: each mixer's own options decide)
+    state_budget: Optional[int] = 16960
     mixer_options: Dict[str, dict] = field(default_factory=lambda: {
-        "ovq": {"num_slots": 32, "chunk_size": 8},
-        "vq": {"codebook_size": 32, "chunk_size": 8},
-        "swa": {"window": 16},
+        "ovq": {"chunk_size": 8},
+        "vq": {"chunk_size": 8},
         "delta": {"chunk_size": 16},
         "deltanet": {"chunk_size": 16},
         "ssm": {"chunk_size": 16},
@@ -62,7 +65,7 @@ def train_one(kind: str, cfg: DemoConfig, progress: bool = True) -> DemoResult:
     pattern = layer_pattern(kind)
     mcfg = {
         "vocab_size": cfg.task.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
-        "n_heads": cfg.n_heads, "layers": pattern,
+        "n_heads": cfg.n_heads, "layers": pattern, "state_budget": cfg.state_budget,
         "mixers": {name: opts for name, opts in cfg.mixer_options.items() if name in pattern},
     }
     model = DecoderLM(model_config(mcfg))
@@ -104,7 +107,9 @@ def run_demo(cfg: Optional[DemoConfig] = None, progress: bool = True) -> List[De
     cfg = cfg or DemoConfig()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     results = [train_one(kind, cfg, progress) for kind in cfg.mixers]
+    budget = "each mixer's own size" if cfg.state_budget is None else f"state budget {cfg.state_budget:,} B per layer and lane"
     print(f"associative recall: {cfg.task.n_pairs} pairs, {cfg.task.n_queries} queries, T={cfg.task.seq_len}, "
-          f"{cfg.steps} steps x {cfg.batch_size} episodes, seed {cfg.seed}; accuracy on {cfg.eval_episodes} held-out episodes")
+          f"{cfg.steps} steps x {cfg.batch_size} episodes, seed {cfg.seed}, {budget}; accuracy on "
+          f"{cfg.eval_episodes} held-out episodes")
     print(format_table(results, cfg.task.seq_len))
     return results

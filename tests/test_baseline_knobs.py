@@ -94,7 +94,7 @@ def test_short_conv_is_applied_to_q_k_v_and_nothing_else(name, options):
     by an independent (padded, cache-free) causal conv + SiLU: outputs and input gradients, float64."""
     torch.manual_seed(0)
     mixer = build_mixer(name, D_MODEL, HEADS, {**options, "short_conv": 4}).double()
-    ref = build_mixer(name, D_MODEL, HEADS, options).double()
+    ref = build_mixer(name, D_MODEL, HEADS, {**options, "short_conv": 0}).double()
     missing, unexpected = ref.load_state_dict(mixer.state_dict(), strict=False)
     assert not missing and unexpected == ["conv.weight"]
     width = HEADS * mixer.head_dim
@@ -115,7 +115,7 @@ def test_short_conv_is_applied_to_q_k_v_and_nothing_else(name, options):
 
 @pytest.mark.parametrize("name", ["linear", "delta", "deltanet", "ssm"])
 def test_short_conv_cache_is_counted_and_must_match_the_mixer(name):
-    plain = build_mixer(name, D_MODEL, HEADS)
+    plain = build_mixer(name, D_MODEL, HEADS, {"short_conv": 0})
     conv = build_mixer(name, D_MODEL, HEADS, {"short_conv": 4})
     x = torch.randn(2, 7, D_MODEL)
     with torch.no_grad():
@@ -152,7 +152,7 @@ def test_model_with_the_knobs_saves_and_restores_its_states():
 
 # --- output norm -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,default", [("linear", False), ("delta", True), ("deltanet", True), ("ssm", True)])
+@pytest.mark.parametrize("name,default", [("linear", True), ("delta", True), ("deltanet", True), ("ssm", True)])
 def test_output_norm_is_a_per_head_rmsnorm_before_o_proj(name, default):
     """With output_norm the input of o_proj is RMSNorm(the unnormalised one) head by head (weight 1 at
     init); without it there is no o_norm and no parameter."""
@@ -220,7 +220,7 @@ def test_taylor_state_size_and_the_budget_sizer():
     d = mixer.head_dim
     assert mixer.state_nbytes(100, batch_size=2) == 2 * HEADS * (1 + d + d * (d + 1) // 2) * (d + 1) * 4
     assert size_to_budget("linear", 64, 4, 65536, {"feature_map": "taylor"}).head_dim == 18
-    assert size_to_budget("linear", 64, 4, 65536).head_dim == 63
+    assert size_to_budget("linear", 64, 4, 65536, {"feature_map": "elu1"}).head_dim == 63
     with_conv = size_to_budget("linear", 64, 4, 65536, {"feature_map": "taylor", "short_conv": 4})
     assert with_conv.head_dim == 18                       # + the cache, 3 (K-1) d a head: 3,772 floats
     assert state_bytes("linear", 64, 4, with_conv) <= 65536
