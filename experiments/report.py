@@ -63,6 +63,7 @@ class StudySpec:
     baseline: Optional[str] = None                       # configuration or mixer pattern for paired tests
     partition: Optional[str] = None                      # param key: paired tests within each of its values
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
+    search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
     findings: str = ""
 
 
@@ -86,10 +87,17 @@ def run_study(name: str) -> int:
     spec = load_study(name)
     for command in spec.commands:
         argv = shlex.split(command)
-        if argv[0] != "ovq-cl":
-            raise ValueError(f"study {name}: commands must start with 'ovq-cl', got {command!r}")
+        searched = argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith("experiments.searches.")
+        if argv[0] != "ovq-cl" and not searched:
+            raise ValueError(f"study {name}: commands must start with 'ovq-cl' or "
+                             f"'python -m experiments.searches.', got {command!r}")
         print(f"$ {command}", flush=True)
-        code = main(argv[1:])
+        if searched:
+            import importlib
+
+            code = importlib.import_module(argv[2]).main(argv[3:])
+        else:
+            code = main(argv[1:])
         if code:
             print(f"study {name}: {command!r} exited with {code}")
             return code
@@ -136,6 +144,21 @@ def _matrices(records: List[compare.RunRecord], raw: List[dict]) -> str:
         lines += ["    " + " ".join("  -  " if v is None else f"{v:.3f}" for v in row) for row in mean]
         lines.append("")
     return "```\n" + "\n".join(lines).rstrip() + "\n```"
+
+
+def search_table(path: str) -> str:
+    """The rows of a layer-choice search (``experiments/searches/baseline_choices.py``): mixer, options
+    (changes from the layer's defaults of the time), steps, recall per seed, mean and minimum."""
+    if not os.path.exists(path):
+        return "(no search record yet: run the command above)"
+    with open(path) as fh:
+        rows = json.load(fh)
+    lines = ["| mixer | options | steps | recall per seed | mean | min |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        options = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "(none)"
+        lines.append(f"| {r['mixer']} | {options} | {r['steps']} | {', '.join(f'{a:.3f}' for a in r['recall'])} "
+                     f"| {r['mean']:.3f} | {min(r['recall']):.3f} |")
+    return "\n".join(lines)
 
 
 def _partitions(records: List[compare.RunRecord], key: Optional[str]):
@@ -208,6 +231,11 @@ def section(spec: StudySpec) -> str:
     raw = _raw(spec)
     records = [compare.record_from_json(d) for d in raw]
     parts = [f"## {spec.title}", "", spec.setup.strip(), ""]
+    if spec.search:
+        parts += ["```bash", *spec.commands, "```", "", search_table(os.path.join(PROJECT_DIR, spec.search)), ""]
+        if spec.findings.strip():
+            parts += ["Findings:", "", spec.findings.strip(), ""]
+        return "\n".join(parts)
     if not spec.commands:          # a section of prose only (limits, withdrawn studies)
         return "\n".join(parts)
     parts += ["```bash", *spec.commands, "```", ""]

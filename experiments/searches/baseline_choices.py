@@ -25,6 +25,15 @@ from typing import Dict, List
 
 from experiments.demo import DemoConfig, train_one
 
+# The layers' settings before the search, pinned so that a candidate means the same change whatever the
+# defaults are now (they follow this search's results).
+BEFORE: Dict[str, dict] = {
+    "linear": {"feature_map": "elu1", "query_scale": "none", "output_norm": False, "short_conv": 0},
+    "delta": {"output_gate": False, "dt_max": 0.1, "short_conv": 0, "output_norm": True},
+    "deltanet": {"short_conv": 0, "output_norm": True},
+    "ssm": {"output_gate": False, "dt_max": 0.1, "short_conv": 0, "output_norm": True},
+}
+
 CANDIDATES: Dict[str, List[dict]] = {
     "linear": [
         {"query_scale": "inside"}, {}, {"short_conv": 4}, {"output_norm": True},
@@ -60,7 +69,7 @@ def main(argv=None) -> int:
             for seed in range(args.seeds):
                 cfg = DemoConfig(seed=seed, steps=args.steps, mixers=[mixer], state_budget=None)   # head dim 16
                 base = cfg.mixer_options.get(mixer, {})
-                cfg.mixer_options = {**cfg.mixer_options, mixer: {**base, **options}}
+                cfg.mixer_options = {**cfg.mixer_options, mixer: {**base, **BEFORE[mixer], **options}}
                 accs.append(train_one(mixer, cfg, progress=False).accuracy)
             rows.append({"mixer": mixer, "options": options, "steps": args.steps, "recall": accs,
                          "mean": statistics.fmean(accs), "min": min(accs)})
