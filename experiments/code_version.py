@@ -4,6 +4,9 @@
 ``git diff HEAD`` and of the untracked files, restricted to what can change a result: the packages,
 the configs, pyproject.toml and constraints.txt; tests, docs and results do not count). Outside a
 git checkout it is the installed package version.
+
+It is read once per process and kept: a sweep imports its code when it starts, so a checkout that
+changes while the sweep runs must not relabel the later runs with code they do not run.
 """
 from __future__ import annotations
 
@@ -26,7 +29,18 @@ def _git(*args: str) -> Optional[bytes]:
     return out.stdout if out.returncode == 0 else None
 
 
+_CACHED: Optional[str] = None
+
+
 def code_version() -> str:
+    """The version of the code this process runs (read from the checkout at the first call)."""
+    global _CACHED
+    if _CACHED is None:
+        _CACHED = _read_version()
+    return _CACHED
+
+
+def _read_version() -> str:
     commit = (_git("rev-parse", "HEAD") or b"").decode().strip()
     if not commit:
         try:

@@ -225,3 +225,13 @@ def test_bf16_autocast_runs_on_the_cpu(tmp_path, store):
     assert all(v is not None for row in result.R for v in row)
     with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
         run_config({"precision": "fp16", "device": "cpu"})
+
+
+def test_the_code_version_is_read_once_per_process(monkeypatch):
+    """A sweep runs the code it imported: a commit made while it runs must not relabel its later runs."""
+    from experiments import code_version as cv
+
+    monkeypatch.setattr(cv, "_CACHED", None)
+    versions = iter(["first", "second"])
+    monkeypatch.setattr(cv, "_read_version", lambda: next(versions))
+    assert cv.code_version() == "first" and cv.code_version() == "first"
