@@ -48,7 +48,7 @@ class MetaTrainSection:
     tbptt: int = 0                         # tokens per truncated-BPTT segment of a meta-training item (0 = whole item)
 
 
-DELAY_GATES = ("auto", "experience", "none")
+DELAY_GATES = ("none", "experience")
 
 
 @dataclass
@@ -59,7 +59,7 @@ class GateSection:
     min_skill: float = 0.5                 # held-out skill to count as learned
     min_stream_skill: float = 0.1          # skill of the mean learning score R[j][j] on the stream
     delay_episodes: int = 64               # probe episodes per point of the delay-recall curve (0 = no curve)
-    delay: str = "auto"                    # the delay gate: experience | none | auto (experience for frozen weights)
+    delay: str = "none"                    # none: the delay curve is reported; experience: it is also a gate
     span_level: float = 0.5                # the curve's span: the first delay whose score falls below this
 
 
@@ -146,11 +146,11 @@ class RunConfig:
         return self
 
     def resolved_delay_gate(self) -> bool:
-        """Whether recall at one experience's delay is a gate: ``gate.delay`` experience, or auto with
-        frozen weights (then only the layers' memory can carry a fact to its test; a strategy that trains
-        the weights on the stream can also store facts there, so a short memory does not void its score)."""
-        if self.gate.delay == "auto":
-            return self.strategy.name == "frozen" and self.memory.policy != "reset_episode"
+        """Whether recall at one experience's delay is a gate (``gate.delay: experience``). Not by default:
+        facts recur within an experience, so a memory shorter than one experience can still learn it
+        (R[j][j] high) and then lose it, and that loss is forgetting to report, with its span beside it
+        (excluding it would hide exactly the forgetting under study). As a gate it asks for more: that
+        every mixer compared holds a single presentation for a whole experience."""
         return self.gate.delay == "experience"
 
     def resolved_device(self) -> str:

@@ -8,12 +8,13 @@ learned gate, :mod:`strategies.gate`).
 
 The curve answers two questions a forgetting comparison needs:
 
-- **the delay gate**: does the model still recall at the delay its *learning* score is measured at
+- **the span**: the shortest measured delay at which accuracy falls below a level (0.5 by default):
+  does a mixer forget by overwriting, or because its memory is shorter than the stream asks for?
+- **the delay gate**: does the model still recall a single presentation at the *learning delay*
   (one experience's tokens per lane: a fact presented at the start of experience j is tested after
-  all of j)? A mixer whose memory is shorter than that (a window smaller than an experience) never
-  holds an experience's facts to its own test, so its "forgetting" is its span, not the loss the
-  claim is about. Only mixers that pass enter a forgetting comparison.
-- **the span**: the shortest measured delay at which accuracy falls below a level (0.5 by default).
+  all of j)? Reported always, a gate only when the config asks (``gate.delay: experience``): facts
+  recur within an experience, so a shorter memory can still learn it and then lose it, and that loss
+  is forgetting to report, not to hide.
 """
 from __future__ import annotations
 

@@ -170,11 +170,12 @@ def test_truncated_bptt_computes_the_same_forward_and_cuts_only_the_gradient():
 # ------------------------------------------------------------------------------------------- runner
 
 
-@pytest.mark.parametrize("strategy,required", [("frozen", True), ("naive", False)])
-def test_the_runner_measures_the_delay_curve_and_gates_frozen_runs_on_it(tmp_path, strategy, required):
+@pytest.mark.parametrize("strategy,delay,required", [("frozen", "none", False), ("frozen", "experience", True),
+                                                    ("naive", "experience", True)])
+def test_the_runner_measures_the_delay_curve_and_gates_on_it_when_asked(tmp_path, strategy, delay, required):
     cfg = run_config({**TINY, "tracking": {"enabled": False}, "checkpoint": {"enabled": False},
                       "strategy": {**TINY["strategy"], "name": strategy}, "meta_train": {"steps": 2, "batch_size": 4},
-                      "gate": {"delay_episodes": 4}, "output_dir": str(tmp_path)})
+                      "gate": {"delay_episodes": 4, "delay": delay}, "output_dir": str(tmp_path)})
     result = run(cfg)
     d = result.delay
     T = d["episode"]
