@@ -58,8 +58,8 @@ def test_write_report_and_unknown_study(study):
 def test_shipped_studies_load():
     specs = report.all_studies()
     assert specs and any(s.commands for s in specs)
-    assert all(s.results for s in specs if s.commands), "every study with runs says where they are written"
-    assert all(c.startswith("ovq-cl ") for s in specs for c in s.commands)
+    assert all(s.results or s.search for s in specs if s.commands), "every study with runs says where they are written"
+    assert all(c.startswith(("ovq-cl ", "python -m experiments.searches.")) for s in specs for c in s.commands)
 
 
 def test_cli_compare_reads_sweep_json_and_pairs_against_a_baseline(study, capsys):
