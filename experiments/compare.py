@@ -29,6 +29,9 @@ FORGETTING = ("forgetting_max", "forgetting_learned", "bwt")
 COLUMNS = SCORES + FORGETTING
 CURRENT_COLUMNS = ("final_average", "forgetting_max", "forgetting_learned", "updated_fraction", "stale_fraction")
 IGNORED_PREFIXES = ("tracking.", "checkpoint.", "output_dir", "progress")
+# settings that change no measured number, only how the stored gates are combined (which a report
+# recomputes with the current rule, :func:`learned_from_gates`): runs differing only here are one config
+REPORTING_KEYS = ("gate.delay",)
 
 
 @dataclass
@@ -57,11 +60,28 @@ class RunRecord:
         return (self.seed, self.data_seed)
 
 
+def learned_from_gates(d: Dict[str, Any]) -> Optional[bool]:
+    """The combined gate of a run record, by the current rule (``experiments.runner``): the held-out gate
+    and the stream gate, and the delay gate only where the run's config asked for it as a gate
+    (``gate.delay: experience``). Records written under an earlier rule (e.g. ``gate.delay: auto``,
+    which gated frozen runs on the delay curve) are combined the same way from the gates they stored.
+    Records without stored gates keep their own ``learned``."""
+    gate, stream = d.get("gate") or {}, d.get("stream_gate") or {}
+    if "learned" not in gate and "learned" not in stream:
+        return d.get("learned")
+    delay = (d.get("delay") or {}).get("gate", {}).get("learned")
+    flags = [gate.get("learned"), stream.get("learned")]
+    if (d.get("params") or {}).get("gate.delay") == "experience":
+        flags.append(delay)
+    measured = [f for f in flags if f is not None]
+    return all(measured) if measured else None
+
+
 def record_from_json(d: Dict[str, Any]) -> RunRecord:
     """A record from ``RunResult.record()`` (the sweep's JSON, MLflow's ``results.json``)."""
     return RunRecord(
         label=d["label"], params=dict(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
-        summary_current=dict(d.get("summary_current") or {}), learned=d.get("learned"),
+        summary_current=dict(d.get("summary_current") or {}), learned=learned_from_gates(d),
         gate_skill=_num((d.get("gate") or {}).get("skill")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
@@ -103,7 +123,7 @@ def _int(v) -> Optional[int]:
 
 
 def _is_seed_or_bookkeeping(key: str) -> bool:
-    return key in SEED_KEYS or key.startswith(IGNORED_PREFIXES)
+    return key in SEED_KEYS or key in REPORTING_KEYS or key.startswith(IGNORED_PREFIXES)
 
 
 def _varying(param_sets: Sequence[Dict[str, str]]) -> List[str]:

@@ -46,6 +46,10 @@ How to read the tables (definitions in `docs/measurement.md`):
 - **learned gate**: in-context skill on held-out episodes from a fresh state after meta-training, and
   the learning score R[j][j] on the stream, each against the best context-free predictor. Forgetting of
   a run that failed either is shown as `not learned`, never as a number.
+- **delay-recall curve** (studies 3 and later): recall of facts presented once, against the tokens
+  between presentation and query, measured before the stream from a fresh state; the **span** is the
+  first delay where it falls below 0.5. It says whether a mixer forgets by overwriting or by a memory
+  shorter than the stream's delays; it is reported, not a gate (`gate.delay`).
 - **state bytes/layer/lane** is what one layer carries for one lane at the end of the stream.
 """
 

@@ -99,3 +99,13 @@ def test_budget_partitions_pair_within_a_budget_and_the_delay_table_and_plot(stu
     assert "| layers=['ovq'], state_budget=1 | 3 | 1.000" in text and ">200, >200, >200 | 3/3 recall" in text
     assert "| 25, 25, 25 | 0/3 recall |" in text
     assert (study / "results" / "budgets.png").stat().st_size > 1000
+
+
+def test_records_are_gated_by_the_current_rule_from_their_stored_gates():
+    from experiments.compare import learned_from_gates
+
+    base = {"gate": {"learned": True}, "stream_gate": {"learned": True}, "delay": {"gate": {"learned": False}}}
+    assert learned_from_gates({**base, "params": {"gate.delay": "auto"}, "learned": False}) is True
+    assert learned_from_gates({**base, "params": {"gate.delay": "experience"}}) is False
+    assert learned_from_gates({**base, "stream_gate": {"learned": False}, "params": {}}) is False
+    assert learned_from_gates({"learned": True, "params": {}}) is True, "no stored gates: the record's own flag"
