@@ -65,6 +65,7 @@ class StudySpec:
     results: List[str] = field(default_factory=list)     # JSON files (relative to the project)
     select: Dict[str, List[str]] = field(default_factory=dict)   # keep runs whose param KEY is one of these
     baseline: Optional[str] = None                       # configuration or mixer pattern for paired tests
+    more_baselines: List[str] = field(default_factory=list)   # further baselines, one paired table each
     partition: Optional[str] = None                      # param key: paired tests within each of its values
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
@@ -258,11 +259,11 @@ def section(spec: StudySpec) -> str:
     if spec.plot:
         plot_by_state_bytes(records, os.path.join(PROJECT_DIR, spec.plot), spec.title)
         parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]
-    if spec.baseline:
+    for baseline in ([spec.baseline] if spec.baseline else []) + list(spec.more_baselines):
         for value, subset in _partitions(records, spec.partition):
-            where = "" if value is None else f" ({spec.partition} = {value})"
-            parts += [f"Paired against the baseline{where} (same seeds of model and data; difference = row - baseline):",
-                      "", compare.paired_table(subset, spec.baseline), ""]
+            where = "" if value is None else f", {spec.partition} = {value}"
+            parts += [f"Paired against `{baseline}`{where} (same seeds of model and data; difference = row - baseline):",
+                      "", compare.paired_table(subset, baseline), ""]
     parts += [_matrices(records, raw), ""]
     if spec.findings.strip():
         parts += ["Findings:", "", spec.findings.strip(), ""]

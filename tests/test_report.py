@@ -93,8 +93,8 @@ def test_budget_partitions_pair_within_a_budget_and_the_delay_table_and_plot(stu
         "title: 'Budgets'\ncommands: ['ovq-cl sweep x']\nresults: [results/budgets.json]\nbaseline: ovq\n"
         "partition: model.state_budget\nplot: results/budgets.png\n")
     text = report.section(report.load_study("budgets"))
-    assert "model.state_budget = 1)" in text and "model.state_budget = 2)" in text
-    assert text.count("Paired against the baseline") == 2, "paired tests within each budget, full in both"
+    assert "model.state_budget = 1 (" in text and "model.state_budget = 2 (" in text
+    assert text.count("Paired against `ovq`") == 2, "paired tests within each budget, full in both"
     assert "@ learning delay (50 tokens)" in text
     assert "| layers=['ovq'], state_budget=1 | 3 | 1.000" in text and ">200, >200, >200 | 3/3 recall" in text
     assert "| 25, 25, 25 | 0/3 recall |" in text
@@ -109,3 +109,16 @@ def test_records_are_gated_by_the_current_rule_from_their_stored_gates():
     assert learned_from_gates({**base, "params": {"gate.delay": "experience"}}) is False
     assert learned_from_gates({**base, "stream_gate": {"learned": False}, "params": {}}) is False
     assert learned_from_gates({"learned": True, "params": {}}) is True, "no stored gates: the record's own flag"
+
+
+def test_a_baseline_can_name_params_beside_its_mixers():
+    from experiments.compare import find_group, group_records, record_from_json
+
+    runs = [_run("ovq", 0, [[1.0]]), _run("ovq", 0, [[1.0]]), _run("vq", 0, [[1.0]])]
+    runs[1]["params"]["stream.options.meta_sequence_episodes"] = "4"
+    runs[0]["params"]["stream.options.meta_sequence_episodes"] = "1"
+    groups = group_records([record_from_json(r) for r in runs])
+    key = find_group(groups, "ovq | stream.options.meta_sequence_episodes=4")
+    assert groups[key][0].params["stream.options.meta_sequence_episodes"] == "4"
+    with pytest.raises(ValueError, match="matches 2 configurations"):
+        find_group(groups, "ovq")
