@@ -271,8 +271,9 @@ def delay_table(records: Iterable[RunRecord]) -> str:
         last = [r.delay["curve"]["points"][-1]["delay"] for r in runs]
         cells.append(", ".join(f">{m}" if s is None else str(s) for s, m in zip(spans, last)))
         passed = [r.delay.get("gate", {}).get("learned") for r in runs]
+        gated = any(r.params.get("gate.delay") == "experience" for r in runs)     # the current rule
         cells.append(f"{sum(bool(p) for p in passed)}/{sum(p is not None for p in passed)} recall"
-                     + ("" if any(r.delay.get("required") for r in runs) else " (not a gate here)"))
+                     + ("" if gated else " (not a gate here)"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -75,7 +75,7 @@ def _with_budget_and_curve(run, budget, span_delay):
     """A run record at a state budget, with a delay curve that falls below 0.5 at ``span_delay``."""
     points = [{"filler_episodes": f, "delay": 25 * f, "score": 1.0 if 25 * f < span_delay else 0.1,
                "standard_error": 0.01, "chance": 0.05, "skill": 0.9, "episodes": 8} for f in (0, 1, 2, 4, 8)]
-    run = dict(run, params={**run["params"], "model.state_budget": str(budget)},
+    run = dict(run, params={**run["params"], "model.state_budget": str(budget), "gate.delay": "experience"},
                state_bytes_per_layer_lane=[float(budget)] * 2)
     run["delay"] = {"curve": {"metric": "accuracy", "points": points}, "learning": 50, "longest": 200, "episode": 25,
                     "span": span_delay if span_delay <= 200 else None, "required": True,
