@@ -186,3 +186,19 @@ def test_the_runner_measures_the_delay_curve_and_gates_on_it_when_asked(tmp_path
     flags = [result.gate["learned"], result.stream_gate["learned"]] + ([d["gate"]["learned"]] if required else [])
     assert result.learned == all(flags)
     assert math.isfinite(d["gate"]["skill"])
+
+
+def test_the_cli_prints_the_delay_curve_and_every_gate(tmp_path, capsys):
+    import yaml
+
+    from experiments.cli import main
+
+    cfg = {**TINY, "meta_train": {"steps": 2, "batch_size": 4}, "gate": {"delay_episodes": 4},
+           "tracking": {"enabled": False}, "checkpoint": {"enabled": False}, "output_dir": str(tmp_path)}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "delay-recall curve (fresh state, before the stream; span:" in out
+    assert "delay gate (skill at the learning delay, 26 tokens)" in out      # 2 episodes of 13 tokens a lane
+    assert "(informative, not a gate here)" in out and "learned gate (held-out episodes" in out
