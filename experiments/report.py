@@ -262,8 +262,12 @@ def section(spec: StudySpec) -> str:
     for baseline in ([spec.baseline] if spec.baseline else []) + list(spec.more_baselines):
         for value, subset in _partitions(records, spec.partition):
             where = "" if value is None else f", {spec.partition} = {value}"
+            try:
+                table = compare.paired_table(subset, baseline)
+            except ValueError as e:              # e.g. the baseline has no runs at this budget yet
+                table = f"(no paired table: {e})"
             parts += [f"Paired against `{baseline}`{where} (same seeds of model and data; difference = row - baseline):",
-                      "", compare.paired_table(subset, baseline), ""]
+                      "", table, ""]
     parts += [_matrices(records, raw), ""]
     if spec.findings.strip():
         parts += ["Findings:", "", spec.findings.strip(), ""]
