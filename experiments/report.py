@@ -197,8 +197,17 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
     from experiments.statistics import mean_interval
 
     by_mixer: Dict[str, list] = {}
-    for key, runs in compare.group_records(records).items():
-        mixer = "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or key
+    groups = compare.group_records(records)
+    # one line per configuration apart from its size: a mixer's groups that differ in more than the
+    # budget (and the knob it sets) are told apart by the params that vary among them
+    sized = ("state_budget=", ".num_slots=", ".codebook_size=", ".window=", ".head_dim=", "layers=")
+    mixer_of = {k: "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or k for k, runs in groups.items()}
+    rest = {k: [p for p in k.split(", ") if not any(t in p for t in sized)] for k in groups}
+    for key, runs in groups.items():
+        same_mixer = [set(rest[k]) for k in groups if mixer_of[k] == mixer_of[key]]
+        shared = set.intersection(*same_mixer)
+        extra = [p.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + p.split("=", 1)[1] for p in rest[key] if p not in shared]
+        mixer = mixer_of[key] + (f" ({', '.join(extra)})" if extra else "")
         sizes = [statistics.fmean(r.state_bytes) for r in runs if r.state_bytes]
         if not sizes:
             continue
@@ -206,7 +215,7 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
         forget = mean_interval([r.summary.get("forgetting_max", float("nan")) for r in learned]) if learned else None
         learn = mean_interval([r.summary.get("learning_average", float("nan")) for r in runs])
         by_mixer.setdefault(mixer, []).append((statistics.fmean(sizes), forget, learn))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
     for mixer, pts in sorted(by_mixer.items()):
         pts.sort(key=lambda p: p[0])
         for ax, pick in ((axes[0], 1), (axes[1], 2)):
@@ -224,9 +233,10 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("state bytes per layer and lane")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, ncol=2)
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
