@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import Dataset
 
 from strategies.gate import GateResult, measure_gate
+from strategies.scores import higher_is_better
 
 
 @dataclass
@@ -65,7 +66,6 @@ class DelayCurve:
     def span(self, level: float = 0.5) -> Optional[int]:
         """The smallest measured delay whose score falls below ``level`` (None: never, up to the last point).
         For a lower-is-better metric, above ``level``."""
-        from strategies.scores import higher_is_better
         up = higher_is_better(self.metric)
         for p in self.points:
             if (p.score < level) if up else (p.score > level):

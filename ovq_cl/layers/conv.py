@@ -62,6 +62,26 @@ class ShortConv(nn.Module):
         return f"channels={self.channels}, kernel_size={self.kernel_size}"
 
 
+def check_layer_choices(owner: str, short_conv: Any, output_norm: Any) -> None:
+    """One clear ValueError for a bad ``short_conv`` (an int >= 0, the kernel size) or ``output_norm``
+    (a bool): the two options every dense-state baseline shares."""
+    if isinstance(short_conv, bool) or not isinstance(short_conv, int) or short_conv < 0:
+        raise ValueError(f"{owner}: short_conv must be an int >= 0 (kernel size; 0 = off), got {short_conv!r}")
+    if not isinstance(output_norm, bool):
+        raise ValueError(f"{owner}: output_norm must be True or False, got {output_norm!r}")
+
+
+def norm_and_gate(o: torch.Tensor, x: torch.Tensor, o_norm: Optional[nn.Module],
+                  g_proj: Optional[nn.Module]) -> torch.Tensor:
+    """The output of a dense-state mixer before o_proj: o [B, T, H, Dv] RMS-normalised per head when
+    ``o_norm`` is set, then gated by ``silu(g_proj(x))`` (x [B, T, d_model]) when ``g_proj`` is set."""
+    if o_norm is not None:
+        o = o_norm(o)
+    if g_proj is not None:
+        o = o * F.silu(g_proj(x).view(o.shape))
+    return o
+
+
 def cache_numel(conv: Optional[ShortConv]) -> int:
     """Elements of one lane's cache, (K-1) C; 0 without a conv (for the mixers' ``state_nbytes``)."""
     return 0 if conv is None else (conv.kernel_size - 1) * conv.channels

@@ -6,11 +6,10 @@ import dataclasses
 from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
-from ovq_cl.layers.conv import ShortConv, cache_numel, short_conv_qkv
+from ovq_cl.layers.conv import ShortConv, cache_numel, check_layer_choices, norm_and_gate, short_conv_qkv
 from ovq_cl.layers.decay import decay_parameters, log_decay
 from ovq_cl.ops.common import compute_dtype, l2norm
 from ovq_cl.ops.delta import BACKENDS, gated_delta_rule
@@ -56,11 +55,9 @@ class GatedDeltaNetOptions(MixerOptions):
             raise ValueError(f"{name}: need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
         if self.backend not in BACKENDS:
             raise ValueError(f"{name}: backend must be one of {BACKENDS}, got {self.backend!r}")
-        if isinstance(self.short_conv, bool) or not isinstance(self.short_conv, int) or self.short_conv < 0:
-            raise ValueError(f"{name}: short_conv must be an int >= 0 (kernel size; 0 = off), got {self.short_conv!r}")
-        for flag in ("output_norm", "decay"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"{name}: {flag} must be True or False, got {getattr(self, flag)!r}")
+        check_layer_choices(name, self.short_conv, self.output_norm)
+        if not isinstance(self.decay, bool):
+            raise ValueError(f"{name}: decay must be True or False, got {self.decay!r}")
 
 
 class GatedDeltaNet(Mixer):
@@ -98,7 +95,6 @@ class GatedDeltaNet(Mixer):
         """x: [B, T, d_model] -> y [B, T, d_model], state."""
         self.check_input(x, state)
         B, T, _ = x.shape
-        shape = (B, T, self.n_heads, self.head_dim)
         q, k, v = self.project_qkv(x)
         q, k, v, cache = short_conv_qkv(self.conv, q, k, v, state, type(self).__name__)
         q, k = l2norm(q), l2norm(k)
@@ -109,10 +105,7 @@ class GatedDeltaNet(Mixer):
             g = x.new_zeros(B, T, self.n_heads, dtype=compute_dtype(x.dtype))       # no decay: the plain delta rule
         S0 = None if state is None else state.S.detach()
         o, S = gated_delta_rule(q, k, v, g, beta, initial_state=S0, chunk_size=self.chunk_size, backend=self.backend)
-        if self.o_norm is not None:
-            o = self.o_norm(o)
-        if self.g_proj is not None:
-            o = o * F.silu(self.g_proj(x).view(shape))
+        o = norm_and_gate(o, x, self.o_norm, self.g_proj)
         seen = 0 if state is None else state.seen
         return self.o_proj(o.reshape(B, T, -1)), DeltaState(S=S, seen=seen + T, conv=cache)
 

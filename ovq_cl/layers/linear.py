@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
-from ovq_cl.layers.conv import ShortConv, cache_numel, short_conv_qkv
+from ovq_cl.layers.conv import ShortConv, cache_numel, check_layer_choices, norm_and_gate, short_conv_qkv
 from ovq_cl.ops.linear import LinearAttentionState, feature_dim, feature_map_names, linear_attention_chunked
 
 
@@ -46,10 +46,7 @@ class LinearAttentionOptions(MixerOptions):
             raise ValueError(f"LinearAttention: feature_map must be one of {feature_map_names()}, got {self.feature_map!r}")
         if self.chunk_size < 1:
             raise ValueError(f"LinearAttention: chunk_size must be >= 1, got {self.chunk_size}")
-        if isinstance(self.short_conv, bool) or not isinstance(self.short_conv, int) or self.short_conv < 0:
-            raise ValueError(f"LinearAttention: short_conv must be an int >= 0 (kernel size; 0 = off), got {self.short_conv!r}")
-        if not isinstance(self.output_norm, bool):
-            raise ValueError(f"LinearAttention: output_norm must be True or False, got {self.output_norm!r}")
+        check_layer_choices("LinearAttention", self.short_conv, self.output_norm)
 
 
 class LinearAttention(Mixer):
@@ -81,8 +78,7 @@ class LinearAttention(Mixer):
             scale=self.head_dim ** -0.5 if self.options.query_scale == "inside" else 1.0,
             chunk_size=self.chunk_size, initial_state=state,
         )
-        if self.o_norm is not None:
-            o = self.o_norm(o)                                                   # [B, T, H, Dv], per head
+        o = norm_and_gate(o, x, self.o_norm, None)                                   # [B, T, H, Dv]
         state = LinearMixerState(S=op_state.S, z=op_state.z, seen=op_state.seen, conv=cache)
         return self.o_proj(o.reshape(B, T, -1)), state
 

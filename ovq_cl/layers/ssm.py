@@ -6,11 +6,10 @@ import dataclasses
 from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ovq_cl.layers.base import Mixer, MixerOptions, elem_size
-from ovq_cl.layers.conv import ShortConv, cache_numel, short_conv_qkv
+from ovq_cl.layers.conv import ShortConv, cache_numel, check_layer_choices, norm_and_gate, short_conv_qkv
 from ovq_cl.layers.decay import decay_parameters, log_decay
 from ovq_cl.ops.ssm import SSMState, simple_gla_chunked
 
@@ -44,10 +43,7 @@ class SSMOptions(MixerOptions):
             raise ValueError(f"SSM: chunk_size must be >= 1, got {self.chunk_size}")
         if not 0 < self.dt_min <= self.dt_max:
             raise ValueError(f"SSM: need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
-        if isinstance(self.short_conv, bool) or not isinstance(self.short_conv, int) or self.short_conv < 0:
-            raise ValueError(f"SSM: short_conv must be an int >= 0 (kernel size; 0 = off), got {self.short_conv!r}")
-        if not isinstance(self.output_norm, bool):
-            raise ValueError(f"SSM: output_norm must be True or False, got {self.output_norm!r}")
+        check_layer_choices("SSM", self.short_conv, self.output_norm)
 
 
 class SSMMixer(Mixer):
@@ -79,10 +75,7 @@ class SSMMixer(Mixer):
         q, k, v, cache = short_conv_qkv(self.conv, q, k, v, state, type(self).__name__)
         g = log_decay(self.a_proj(x), self.A_log, self.dt_bias)                       # [B, T, H]
         o, op_state = simple_gla_chunked(q, k, v, g.to(q.dtype), initial_state=state, chunk_size=self.options.chunk_size)
-        if self.o_norm is not None:
-            o = self.o_norm(o)
-        if self.g_proj is not None:
-            o = o * F.silu(self.g_proj(x).view(B, T, self.n_heads, self.head_dim))
+        o = norm_and_gate(o, x, self.o_norm, self.g_proj)
         return self.o_proj(o.reshape(B, T, -1)), SSMMixerState(S=op_state.S, seen=op_state.seen, conv=cache)
 
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
