@@ -75,6 +75,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     cmp_p.add_argument("--filter", default="", help="an MLflow search filter, e.g. \"params.strategy.name = 'frozen'\"")
     study_p = sub.add_parser("study", help="run a study of experiments/studies/ (its sweeps), then rewrite RESULTS.md")
     study_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
+    study_p.add_argument("--smoke", default=None, metavar="DIR",
+                         help="every command on tiny sizes (first grid value, a few steps), everything written under "
+                              "DIR (its own RESULTS.md): checks the study runs end to end, not its numbers")
     report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
     report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
     sizes = sub.add_parser("state-sizes", parents=[plugin], help="print every mixer's state bytes per layer and lane against T")
@@ -181,7 +184,7 @@ def _dispatch(args, parser) -> int:
     elif args.command == "study":
         from experiments.report import run_study
 
-        return run_study(args.name)
+        return run_study(args.name, smoke=args.smoke)
     elif args.command == "report":
         from experiments.report import write_report
 

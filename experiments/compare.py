@@ -327,6 +327,69 @@ def paired_table(records: Iterable[RunRecord], baseline: str,
     return "\n".join(lines)
 
 
+@dataclass
+class VerdictRow:
+    """One cell of the verdict: a configuration against the OVQ baseline on the replicates both ran."""
+
+    other: str
+    n_pairs: int                        # replicates where both learned (forgetting is compared on these)
+    n_not_learned: int                  # replicates where either did not learn
+    forgetting: Any                     # PairedComparison of forgetting_max, other - baseline
+    learning: Any                       # PairedComparison of learning_average, baseline - other (all pairs)
+    higher_is_better: bool
+    current: bool                       # scored against the facts in force (streams whose facts change)
+    state_bytes: Tuple[float, float]    # baseline, other (mean per layer and lane)
+    parameters: Tuple[float, float]
+
+    @property
+    def verdict(self) -> str:
+        f = self.forgetting
+        if self.n_pairs == 0:
+            return "not comparable: not learned"
+        if self.n_pairs < 2 or math.isnan(f.p_t):
+            return "too few pairs"
+        if f.p_t < 0.05:
+            return "OVQ forgets less" if f.mean_difference > 0 else "**OVQ forgets more**"
+        return "no difference detected"
+
+
+def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow]:
+    """Every configuration against ``baseline`` (an OVQ configuration): the paired forgetting_max
+    difference (other - baseline; positive: the other forgets more) over replicates where both learned,
+    the learning-score difference (baseline - other) over all shared replicates, and their costs. Streams
+    whose facts change are compared against the facts in force (``summary_current``) when both have it."""
+    from strategies.scores import higher_is_better
+
+    groups = group_records(records)
+    base_key = find_group(groups, baseline)
+    base = {r.replicate: r for r in groups[base_key]}
+    rows = []
+    for key in sorted(groups):
+        if key == base_key:
+            continue
+        others = {r.replicate: r for r in groups[key]}
+        shared = sorted(set(base) & set(others), key=str)
+        pairs = [(others[s], base[s]) for s in shared]
+        learned = [(a, b) for a, b in pairs if a.learned is not False and b.learned is not False]
+        current = bool(pairs) and all(a.summary_current and b.summary_current for a, b in pairs)
+
+        def col(r, name):
+            return (r.summary_current if current else r.summary).get(name, math.nan)
+
+        forgetting = paired_comparison([col(a, "forgetting_max") for a, _ in learned],
+                                       [col(b, "forgetting_max") for _, b in learned])
+        learning = paired_comparison([b.summary.get("learning_average", math.nan) for _, b in pairs],
+                                     [a.summary.get("learning_average", math.nan) for a, _ in pairs])
+        mean_bytes = lambda rs: statistics.fmean([statistics.fmean(r.state_bytes) for r in rs if r.state_bytes] or [math.nan])
+        mean_params = lambda rs: statistics.fmean([r.parameters for r in rs] or [math.nan])
+        metric = groups[base_key][0].metric
+        rows.append(VerdictRow(key, len(learned), len(pairs) - len(learned), forgetting, learning,
+                               higher_is_better(metric), current,
+                               (mean_bytes(groups[base_key]), mean_bytes(groups[key])),
+                               (mean_params(groups[base_key]), mean_params(groups[key]))))
+    return rows
+
+
 def _p(p: float) -> str:
     return "-" if math.isnan(p) else (f"{p:.1e}" if p < 1e-3 else f"{p:.3f}")
 

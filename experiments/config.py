@@ -76,6 +76,7 @@ class CheckpointSection:
     enabled: bool = True
     dir: Optional[str] = None              # None -> {output_dir}/checkpoints
     resume: bool = True                    # resume (or reuse, when finished) the run of the same config and code
+    share_meta: bool = True                # reuse the meta-trained weights of any run with the same meta-training
 
 
 @dataclass

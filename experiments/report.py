@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -67,8 +68,11 @@ class StudySpec:
     baseline: Optional[str] = None                       # configuration or mixer pattern for paired tests
     more_baselines: List[str] = field(default_factory=list)   # further baselines, one paired table each
     partition: Optional[str] = None                      # param key: paired tests within each of its values
+    partition_default: Optional[str] = None              # the partition of runs without that param (None: every one)
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
+    verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
+    smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
     findings: str = ""
 
 
@@ -85,36 +89,74 @@ def all_studies() -> List[StudySpec]:
     return sorted(specs, key=lambda s: (s.order, s.title))
 
 
-def run_study(name: str) -> int:
-    """Runs every command of the study (each an ``ovq-cl ...`` line), then rewrites RESULTS.md."""
+SMOKE_OVERRIDES = ("meta_train.steps=2", "meta_train.batch_size=4", "gate.episodes=4", "gate.batch_size=4",
+                   "gate.delay_episodes=2", "progress=false")
+
+
+def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
+    """A study command made tiny for ``--smoke``: every ``--grid`` axis cut to its first value, the
+    spec's ``smoke`` overrides and :data:`SMOKE_OVERRIDES` added, its JSON, runs, checkpoints and MLflow
+    store under ``root``. It checks that the command parses, every config validates and runs, and the
+    report reads what it wrote; it says nothing about the numbers."""
+    from experiments.sweep import parse_grid
+
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--grid":
+            ((key, values),) = parse_grid([argv[i + 1]]).items()
+            out += ["--grid", f"{key}={values[0]}"]
+            i += 2
+        elif a == "--out":
+            out += ["--out", os.path.join(root, "results")]
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    extra = [*SMOKE_OVERRIDES, *spec.smoke, f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
+             f"checkpoint.dir={os.path.join(root, 'checkpoints')}", f"output_dir={root}"]
+    return out + extra + ["--quiet"]
+
+
+def run_study(name: str, smoke: Optional[str] = None) -> int:
+    """Runs every command of the study (each an ``ovq-cl ...`` line), then rewrites RESULTS.md.
+
+    ``smoke``: a folder; every command made tiny (:func:`smoke_command`), everything written under it
+    (its RESULTS.md included), the project's results untouched. Searches are skipped in a smoke run
+    (they have their own test)."""
     from experiments.cli import main
 
     spec = load_study(name)
+    started = time.perf_counter()
     for command in spec.commands:
         argv = shlex.split(command)
         searched = argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith("experiments.searches.")
         if argv[0] != "ovq-cl" and not searched:
             raise ValueError(f"study {name}: commands must start with 'ovq-cl' or "
                              f"'python -m experiments.searches.', got {command!r}")
+        if smoke and searched:
+            print(f"(smoke: search skipped) $ {command}", flush=True)
+            continue
         print(f"$ {command}", flush=True)
         if searched:
             import importlib
 
             code = importlib.import_module(argv[2]).main(argv[3:])
         else:
-            code = main(argv[1:])
+            code = main(smoke_command(argv[1:], spec, smoke) if smoke else argv[1:])
         if code:
             print(f"study {name}: {command!r} exited with {code}")
             return code
-    write_report()
+    print(f"study {name}: {time.perf_counter() - started:.0f} s wall", flush=True)
+    write_report(os.path.join(smoke, "RESULTS.md") if smoke else None, root=smoke)
     return 0
 
 
-def _raw(spec: StudySpec) -> List[dict]:
-    """The study's run records (JSON dicts), filtered by ``select``."""
+def _raw(spec: StudySpec, root: Optional[str] = None) -> List[dict]:
+    """The study's run records (JSON dicts under ``root``, default the project), filtered by ``select``."""
     raw = []
     for rel in spec.results:
-        path = os.path.join(PROJECT_DIR, rel)
+        path = os.path.join(root or PROJECT_DIR, rel)
         if os.path.exists(path):
             with open(path) as fh:
                 raw += json.load(fh)
@@ -166,13 +208,14 @@ def search_table(path: str) -> str:
     return "\n".join(lines)
 
 
-def _partitions(records: List[compare.RunRecord], key: Optional[str]):
+def _partitions(records: List[compare.RunRecord], key: Optional[str], default: Optional[str] = None):
     """[(value, records with params[key] == value)] in order of value; [(None, records)] without a key.
-    A run without the key (e.g. an unsized mixer) joins every partition."""
+    A run without the key is in partition ``default``, or, without a default (e.g. an unsized mixer
+    across budgets), in every partition."""
     if not key:
         return [(None, records)]
     def value(r):
-        v = r.params.get(key)
+        v = r.params.get(key, default)
         return None if v in (None, "None", "null") else v
 
     values = sorted({value(r) for r in records if value(r) is not None}, key=_numeric_first)
@@ -242,8 +285,8 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
     plt.close(fig)
 
 
-def section(spec: StudySpec) -> str:
-    raw = _raw(spec)
+def section(spec: StudySpec, root: Optional[str] = None) -> str:
+    raw = _raw(spec, root)
     records = [compare.record_from_json(d) for d in raw]
     parts = [f"## {spec.title}", "", spec.setup.strip(), ""]
     if spec.search:
@@ -260,17 +303,19 @@ def section(spec: StudySpec) -> str:
     walls = [d.get("wall_seconds") for d in raw if d.get("wall_seconds") is not None]
     if walls:
         parts += [f"{len(raw)} runs, wall time per run {statistics.fmean(walls):.0f} s mean "
-                  f"({min(walls):.0f}-{max(walls):.0f} s) on this project's 2-core CPU machine.", ""]
+                  f"({min(walls):.0f}-{max(walls):.0f} s), {sum(walls) / 3600:.1f} h in all, on this project's "
+                  "2-core CPU machine (a run shares its meta-training with runs that meta-train the same: "
+                  "those take less).", ""]
     parts += [compare.summary_table(records), ""]
     delays = compare.delay_table(records)
     if delays:
         parts += ["Delay-recall curves (measured after meta-training, before the stream, from a fresh state; "
                   "`docs/measurement.md`):", "", delays, ""]
     if spec.plot:
-        plot_by_state_bytes(records, os.path.join(PROJECT_DIR, spec.plot), spec.title)
+        plot_by_state_bytes(records, os.path.join(root or PROJECT_DIR, spec.plot), spec.title)
         parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]
     for baseline in ([spec.baseline] if spec.baseline else []) + list(spec.more_baselines):
-        for value, subset in _partitions(records, spec.partition):
+        for value, subset in _partitions(records, spec.partition, spec.partition_default):
             where = "" if value is None else f", {spec.partition} = {value}"
             try:
                 table = compare.paired_table(subset, baseline)
@@ -284,9 +329,66 @@ def section(spec: StudySpec) -> str:
     return "\n".join(parts)
 
 
-def write_report(path: Optional[str] = None) -> str:
+VERDICT_FILE = os.path.join(os.path.dirname(__file__), "verdict.yaml")
+
+
+def _kb(x: float) -> str:
+    return "-" if x != x else (f"{x / 1024:,.0f}K" if x >= 10240 else f"{x:,.0f}")
+
+
+def verdict_table(specs: List[StudySpec], root: Optional[str] = None) -> str:
+    """One row per (study with ``verdict``, partition value, configuration other than the study's OVQ
+    baseline): does OVQ forget less, paired over seeds (t-test, p < 0.05), the effect size, and what
+    it costs in learning score; state bytes and parameters of both."""
+    head = ["stream", "where", "against", "pairs (not learned)", "forgetting_max, other - OVQ [95% CI]", "p (t)", "d_z",
+            "learning, OVQ - other [95% CI]", "bytes OVQ / other", "params OVQ / other", "verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for spec in specs:
+        if not spec.verdict or not spec.baseline:
+            continue
+        records = [compare.record_from_json(d) for d in _raw(spec, root)]
+        if not records:
+            lines.append(f"| {spec.verdict} | | | 0 | | | | | | | no runs yet |")
+            continue
+        for value, subset in _partitions(records, spec.partition, spec.partition_default):
+            where = "-" if value is None else f"{spec.partition.rsplit('.', 1)[-1]}={value}"
+            try:
+                rows = compare.verdict_rows(subset, spec.baseline)
+            except ValueError as e:
+                lines.append(f"| {spec.verdict} | {where} | | | | | | | | | no OVQ baseline here ({e}) |")
+                continue
+            for r in rows:
+                f, lrn = r.forgetting, r.learning
+                arrow = "" if r.higher_is_better else " (lower is better)"
+                fcell = "-" if r.n_pairs == 0 else f"{f.mean_difference:+.3f} [{f.low:+.3f}, {f.high:+.3f}]"
+                lcell = ("-" if lrn.n == 0 else f"{lrn.mean_difference:+.3f}{arrow}" if lrn.n < 2 else
+                         f"{lrn.mean_difference:+.3f} [{lrn.low:+.3f}, {lrn.high:+.3f}]{arrow}")
+                cur = " (facts in force)" if r.current else ""
+                lines.append(
+                    f"| {spec.verdict}{cur} | {where} | {r.other} | {r.n_pairs} ({r.n_not_learned}) | {fcell} | "
+                    f"{compare._p(f.p_t)} | {compare._f(f.effect_size_dz)} | {lcell} | "
+                    f"{_kb(r.state_bytes[0])} / {_kb(r.state_bytes[1])} | {_kb(r.parameters[0])} / {_kb(r.parameters[1])} | "
+                    f"{r.verdict} |")
+    return "\n".join(lines)
+
+
+def verdict_section(specs: List[StudySpec], root: Optional[str] = None) -> str:
+    """The verdict on the claim: the generated table, then the prose of ``experiments/verdict.yaml``
+    (written after reading the table)."""
+    prose = OmegaConf.load(VERDICT_FILE) if os.path.exists(VERDICT_FILE) else {}
+    parts = ["## Verdict: does OVQ forget less?", "", str(prose.get("setup", "")).strip(), "",
+             verdict_table(specs, root), ""]
+    if str(prose.get("findings", "")).strip():
+        parts += [str(prose["findings"]).strip(), ""]
+    return "\n".join(parts)
+
+
+def write_report(path: Optional[str] = None, root: Optional[str] = None) -> str:
+    """RESULTS.md: the header, the verdict table, then every study's section, from the JSON under
+    ``root`` (default: the project)."""
     path = path or os.path.join(PROJECT_DIR, "RESULTS.md")
-    text = HEADER + "\n" + "\n".join(section(s) for s in all_studies())
+    specs = all_studies()
+    text = HEADER + "\n" + verdict_section(specs, root) + "\n" + "\n".join(section(s, root) for s in specs)
     with open(path, "w") as fh:
         fh.write(text.rstrip() + "\n")
     return path

@@ -28,6 +28,7 @@ from avalanche.training.plugins import EvaluationPlugin
 
 from experiments.artifacts import forgetting_plot, matrix_csv
 from experiments.config import RunConfig, with_data_seed
+from experiments import meta_cache
 from ovq_cl import DecoderLM, RegressionLM
 from ovq_cl.config import model_config
 from strategies import forgetting
@@ -250,8 +251,20 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
         set_rng_state(resume["rng"])
         meta_progress = resume["extra"]["meta"]
         tracker.set_tags({"resumed_at_meta_step": meta_progress["step"]})
-    with _autocast(cfg):
-        session.meta_history = _meta_train(cfg, session, bench, tracker, metric, save_meta, meta_progress)
+    shared = None
+    if cfg.checkpoint.enabled and cfg.checkpoint.share_meta:
+        shared = meta_cache.meta_path(cfg, meta_cache.meta_key(cfg, getattr(bench, "meta_train_episodes", bench.meta_train), code_version()))
+    stored = meta_cache.load_meta(shared) if shared and meta_progress is None else None
+    if stored is not None:                 # the same meta-training already ran: its weights, history, RNG
+        session.model.load_state_dict(stored["model"])
+        session.meta_history = stored["history"]
+        set_rng_state(stored["rng"])
+        tracker.set_tags({"meta_train_shared": shared})
+    else:
+        with _autocast(cfg):
+            session.meta_history = _meta_train(cfg, session, bench, tracker, metric, save_meta, meta_progress)
+        if shared:
+            meta_cache.save_meta(shared, session.model, session.meta_history)
     if session.meta_history:
         tracker.log_metrics({"meta_train/final_loss": session.meta_history[-1]["loss"]}, step=0)
     source = getattr(bench, "meta_train_episodes", None)

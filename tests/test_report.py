@@ -122,3 +122,59 @@ def test_a_baseline_can_name_params_beside_its_mixers():
     assert groups[key][0].params["stream.options.meta_sequence_episodes"] == "4"
     with pytest.raises(ValueError, match="matches 2 configurations"):
         find_group(groups, "ovq")
+
+
+def _forgetting_run(layers, seed, forgotten, learned=True):
+    """Two experiences; experience 0 learned at 1.0 and ``forgotten`` of it lost after experience 1."""
+    return _run(layers, seed, [[1.0, 0.0], [1.0 - forgotten, 0.9]], learned)
+
+
+def test_the_verdict_says_who_forgets_less_from_paired_seeds(study):
+    from experiments import compare
+
+    noise = [0.01, -0.02, 0.015, 0.0, -0.01]
+    runs = [_forgetting_run("ovq", s, 0.10 + noise[s]) for s in range(5)]
+    runs += [_forgetting_run("delta", s, 0.60 + noise[::-1][s]) for s in range(5)]     # forgets more
+    runs += [_forgetting_run("vq", s, 0.02 + noise[s] / 2) for s in range(5)]          # forgets less
+    runs += [_forgetting_run("ssm", s, 0.10 + noise[::-1][s]) for s in range(5)]       # the same
+    runs += [_forgetting_run("linear", s, 0.0, learned=False) for s in range(5)]
+    records = [compare.record_from_json(d) for d in runs]
+    rows = {r.other.split("=")[-1]: r for r in compare.verdict_rows(records, "ovq")}
+    assert rows["['delta']"].verdict == "OVQ forgets less"
+    assert abs(rows["['delta']"].forgetting.mean_difference - 0.5) < 1e-9 and rows["['delta']"].n_pairs == 5
+    assert rows["['vq']"].verdict == "**OVQ forgets more**"
+    assert rows["['ssm']"].verdict == "no difference detected"
+    assert rows["['linear']"].verdict == "not comparable: not learned" and rows["['linear']"].n_not_learned == 5
+    # the learning cost is paired over every shared seed: OVQ learns 0.95 on average, linear 0.45
+    assert abs(rows["['linear']"].learning.mean_difference - 0.0) < 1e-9
+
+    (study / "results" / "verdict.json").write_text(json.dumps(runs))
+    (study / "studies" / "toy.yaml").write_text(
+        "title: 'Toy'\ncommands: [\"ovq-cl sweep cfg.yaml --name v --out results\"]\nresults: [results/verdict.json]\n"
+        "baseline: ovq\nverdict: 'toy stream'\n")
+    table = report.verdict_table(report.all_studies())
+    assert table.count("| toy stream |") == 4 and "**OVQ forgets more**" in table
+
+
+def test_the_verdict_of_a_rebinding_stream_uses_the_facts_in_force():
+    from experiments import compare
+
+    runs = []
+    for s in range(3):
+        for layers, stale_loss in (("ovq", 0.1), ("delta", 0.5)):
+            d = _forgetting_run(layers, s, 0.0)
+            d["summary_current"] = {"forgetting_max": stale_loss + 0.01 * s}
+            runs.append(d)
+    (row,) = compare.verdict_rows([compare.record_from_json(d) for d in runs], "ovq")
+    assert row.current and abs(row.forgetting.mean_difference - 0.4) < 1e-9
+
+
+def test_smoke_commands_are_cut_to_the_first_grid_value_and_write_elsewhere(tmp_path):
+    spec = report.StudySpec(smoke=["stream.options.train_episodes=8"])
+    argv = ["sweep", "cfg.yaml", "seed=3", "--grid", "model.layers=[ovq];[vq]", "--grid", "a&b=1&2;3&4",
+            "--name", "x", "--out", "results"]
+    out = report.smoke_command(argv, spec, str(tmp_path))
+    assert out[:5] == ["sweep", "cfg.yaml", "seed=3", "--grid", "model.layers=[ovq]"]
+    assert out[5:7] == ["--grid", "a&b=1&2"] and out[out.index("--out") + 1] == str(tmp_path / "results")
+    assert "stream.options.train_episodes=8" in out and "meta_train.steps=2" in out
+    assert any(o.startswith("tracking.tracking_uri=sqlite:///" + str(tmp_path)) for o in out)

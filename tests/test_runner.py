@@ -233,3 +233,26 @@ def test_every_strategy_with_every_mixer(mixer, strategy):
     result = run(cfg)
     assert all(v is not None and 0 <= v <= 1 for row in result.R for v in row)
     assert set(result.summary) >= {"forgetting_max", "forgetting_learned", "bwt"}
+
+
+def test_runs_with_the_same_meta_training_share_it_and_get_the_same_numbers(in_tmp):
+    """A run whose meta-training was already done by another config (here: a longer stream) loads its
+    weights, history and RNG state, and computes bitwise what it would have computed meta-training itself."""
+    root, _ = in_tmp
+    ckpt = str(root / "ckpt" / "shared")
+    stream = {"name": "icr", "options": {**TINY["stream"]["options"], "train_episodes": 12}}
+
+    def cfg(name, share, **stream_options):
+        s = {"name": "icr", "options": {**stream["options"], **stream_options}}
+        return run_config({**TINY, "stream": s, "tracking": {"experiment": name},
+                           "checkpoint": {"dir": ckpt if share else str(root / "ckpt" / name), "share_meta": share}})
+
+    run(cfg("meta_first", True))                                 # meta-trains, stores the weights
+    stored = os.listdir(os.path.join(ckpt, "meta"))
+    assert len(stored) == 1
+    reused = run(cfg("meta_reused", True, train_episodes=20))    # same meta-training, a longer stream
+    assert os.listdir(os.path.join(ckpt, "meta")) == stored
+    alone = run(cfg("meta_alone", False, train_episodes=20))     # the same run, meta-training itself
+    assert reused.R == alone.R and reused.gate == alone.gate
+    other = run(cfg("meta_other", True, n_values=12))            # the meta-training data differ: a new entry
+    assert len(os.listdir(os.path.join(ckpt, "meta"))) == 2 and other.R is not None

@@ -1,0 +1,69 @@
+"""Meta-trained weights shared between runs whose meta-training is the same.
+
+Runs that differ only in what happens after meta-training (the stream's length, the strategy, the
+memory policy, the gate) meta-train the same weights: the long-context study streams 4k to 64k tokens
+per lane after one meta-training per (mixer, seed). The first such run stores, under
+``{checkpoint.dir}/meta/{key}.pt``, the weights, the meta-training history and the global RNG state
+right after meta-training; a later run with the same key loads all three instead of meta-training, so
+everything after is bitwise what it would have computed itself (tested).
+
+The key hashes everything meta-training reads: the seed, the model config (vocabulary included), the
+meta-training section (``checkpoint_every`` aside: it does not change the numbers), the device and
+precision, the plugins, the code version, and the meta-training *data*: every item's tokens and labels,
+so any stream option that changes meta-training (keys, episode layout, reach-back, ...) changes the key
+and none that does not (the stream's length, its tables, its test episodes) does.
+``checkpoint.share_meta: false`` turns the sharing off.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from strategies.checkpoint import rng_state
+
+
+def meta_key(cfg, meta_dataset, version: str) -> str:
+    """A hex digest of what meta-training of ``cfg`` reads (module docstring); ``meta_dataset`` yields
+    items (x, y, ...) of tensors."""
+    d = cfg.to_dict()
+    what = {
+        "seed": d["seed"], "model": d["model"], "stream": cfg.stream.name, "plugins": d.get("plugins"),
+        "meta_train": {k: v for k, v in d["meta_train"].items() if k != "checkpoint_every"},
+        "device": cfg.resolved_device(), "precision": cfg.precision, "code_version": version,
+    }
+    h = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode())
+    n = 0 if meta_dataset is None else len(meta_dataset)
+    h.update(f"items={n}".encode())
+    for i in range(n):
+        x, y = meta_dataset[i][:2]
+        for t in (x, y):
+            h.update(str((t.dtype, tuple(t.shape))).encode())
+            h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
+def meta_path(cfg, key: str) -> str:
+    return os.path.join(cfg.checkpoint.dir, "meta", f"{key}.pt")
+
+
+def load_meta(path: str) -> Optional[Dict[str, Any]]:
+    """The stored {"model", "history", "rng"} or None when absent or unreadable (then meta-train again)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:           # a torn or foreign file: meta-training again is always correct
+        return None
+
+
+def save_meta(path: str, model: torch.nn.Module, history: List[Dict[str, Any]]) -> None:
+    """Stores the weights, history and the current RNG state, atomically (concurrent runs may race)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    torch.save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                "history": history, "rng": rng_state()}, tmp)
+    os.replace(tmp, path)
