@@ -231,7 +231,8 @@ def _print_result(result) -> None:
         span = d.get("span")
         print(f"delay-recall curve (fresh state, before the stream; span: {metric_span(span, curve)}):")
         print(curve.table())
-        verdict = "recalls" if dg["learned"] else "DOES NOT RECALL"
+        verdict = ("not measured: the curve stops before this delay (gate.delay_max_tokens)" if dg["learned"] is None
+                   else "recalls" if dg["learned"] else "DOES NOT RECALL")
         print(f"delay gate (skill at the learning delay, {d['learning']} tokens): {dg['skill']:.2f} "
               f"(>= {dg['threshold']}): {verdict}" + ("" if d.get("required") else " (informative, not a gate here)"))
     print(f"stream gate (mean R[j][j] vs chance {s['chance']:.3f}): skill {s['skill']:.2f} (>= {s['threshold']}): "

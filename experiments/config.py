@@ -61,6 +61,7 @@ class GateSection:
     delay_episodes: int = 64               # probe episodes per point of the delay-recall curve (0 = no curve)
     delay: str = "none"                    # none: the delay curve is reported; experience: it is also a gate
     span_level: float = 0.5                # the curve's span: the first delay whose score falls below this
+    delay_max_tokens: Optional[int] = None # the curve's longest delay; None: the stream's longest (all experiences)
 
 
 @dataclass
@@ -112,6 +113,9 @@ class RunConfig:
 
         if self.memory.policy not in POLICIES:
             raise ValueError(f"run config: memory.policy must be one of {POLICIES}, got {self.memory.policy!r}")
+        if self.strategy.options.get("minibatches_per_forward", 1) > 1 and self.memory.policy == "reset_episode":
+            raise ValueError("run config: strategy.options.minibatches_per_forward > 1 joins episodes into one "
+                             "forward, which memory.policy=reset_episode (a fresh state per episode) forbids")
         self.model = self.model.resolved()
         from streams import check_stream_options
 
@@ -128,6 +132,8 @@ class RunConfig:
         _require(self.meta_train.lr > 0, "meta_train.lr", "> 0", self.meta_train.lr)
         _require(self.meta_train.tbptt >= 0, "meta_train.tbptt", ">= 0 (0 = backpropagate through the whole item)",
                  self.meta_train.tbptt)
+        _require(self.gate.delay_max_tokens is None or self.gate.delay_max_tokens >= 1, "gate.delay_max_tokens",
+                 ">= 1 or null (the stream's longest delay)", self.gate.delay_max_tokens)
         _require(self.gate.delay_episodes >= 0, "gate.delay_episodes", ">= 0 (0 = no delay curve)", self.gate.delay_episodes)
         _require(self.gate.delay in DELAY_GATES, "gate.delay", f"one of {DELAY_GATES}", self.gate.delay)
         _require(self.meta_train.checkpoint_every >= 0, "meta_train.checkpoint_every", ">= 0 (0 = never)",

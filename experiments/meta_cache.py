@@ -9,9 +9,13 @@ everything after is bitwise what it would have computed itself (tested).
 
 The key hashes everything meta-training reads: the seed, the model config (vocabulary included), the
 meta-training section (``checkpoint_every`` aside: it does not change the numbers), the device and
-precision, the plugins, the code version, and the meta-training *data*: every item's tokens and labels,
-so any stream option that changes meta-training (keys, episode layout, reach-back, ...) changes the key
-and none that does not (the stream's length, its tables, its test episodes) does.
+precision, the plugins, the meta-training *data* (every item's tokens and labels, so any stream option
+that changes meta-training changes the key and none that does not, such as the stream's length, its
+tables or its test episodes), and the *content* of the code meta-training runs (:data:`META_CODE`: the
+models, the streams, the meta-training loop and what it imports, the pinned dependencies), not the git
+commit: a commit that touches only the strategies of the stream, the reports or the runner's later
+phases keeps sharing. A test checks that the meta-training loop imports nothing outside META_CODE; a
+change of the runner's meta-training call must change :data:`META_CACHE_VERSION`.
 ``checkpoint.share_meta: false`` turns the sharing off.
 """
 from __future__ import annotations
@@ -25,15 +29,38 @@ import torch
 
 from strategies.checkpoint import rng_state
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+META_CODE = ("ovq_cl", "streams", "strategies/__init__.py", "strategies/meta.py", "strategies/scores.py",
+             "strategies/step.py", "pyproject.toml", "constraints.txt")
+META_CACHE_VERSION = 1            # bump when the runner's call of meta_train changes
+_CODE_HASH: Optional[str] = None
 
-def meta_key(cfg, meta_dataset, version: str) -> str:
+
+def meta_code_hash() -> str:
+    """A hash of the files of :data:`META_CODE` (Python sources under its folders), read once per process."""
+    global _CODE_HASH
+    if _CODE_HASH is None:
+        h = hashlib.sha256(f"v{META_CACHE_VERSION}".encode())
+        for entry in META_CODE:
+            path = os.path.join(ROOT, entry)
+            files = [path] if os.path.isfile(path) else sorted(
+                os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".py"))
+            for f in files:
+                h.update(os.path.relpath(f, ROOT).encode())
+                with open(f, "rb") as fh:
+                    h.update(fh.read())
+        _CODE_HASH = h.hexdigest()[:16]
+    return _CODE_HASH
+
+
+def meta_key(cfg, meta_dataset, version: Optional[str] = None) -> str:
     """A hex digest of what meta-training of ``cfg`` reads (module docstring); ``meta_dataset`` yields
-    items (x, y, ...) of tensors."""
+    items (x, y, ...) of tensors; ``version``: the code's (default :func:`meta_code_hash`)."""
     d = cfg.to_dict()
     what = {
         "seed": d["seed"], "model": d["model"], "stream": cfg.stream.name, "plugins": d.get("plugins"),
         "meta_train": {k: v for k, v in d["meta_train"].items() if k != "checkpoint_every"},
-        "device": cfg.resolved_device(), "precision": cfg.precision, "code_version": version,
+        "device": cfg.resolved_device(), "precision": cfg.precision, "code": version or meta_code_hash(),
     }
     h = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode())
     n = 0 if meta_dataset is None else len(meta_dataset)

@@ -253,7 +253,7 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
         tracker.set_tags({"resumed_at_meta_step": meta_progress["step"]})
     shared = None
     if cfg.checkpoint.enabled and cfg.checkpoint.share_meta:
-        shared = meta_cache.meta_path(cfg, meta_cache.meta_key(cfg, getattr(bench, "meta_train_episodes", bench.meta_train), code_version()))
+        shared = meta_cache.meta_path(cfg, meta_cache.meta_key(cfg, getattr(bench, "meta_train_episodes", bench.meta_train)))
     stored = meta_cache.load_meta(shared) if shared and meta_progress is None else None
     if stored is not None:                 # the same meta-training already ran: its weights, history, RNG
         session.model.load_state_dict(stored["model"])
@@ -295,7 +295,8 @@ def _delay_curve(cfg: RunConfig, session: Session, bench, tracker) -> Dict[str, 
     if probe is None or cfg.gate.delay_episodes == 0:
         return {}
     delays = _stream_delays(cfg, bench)
-    fillers = filler_ladder(delays["longest"], delays["episode"])
+    # a long stream's longest delay would need probes as long as the stream: gate.delay_max_tokens caps it
+    fillers = filler_ladder(min(delays["longest"], cfg.gate.delay_max_tokens or delays["longest"]), delays["episode"])
     with _autocast(cfg):
         curve = measure_delay_curve(session.model, probe, fillers, delays["episode"], bench.info.metric,
                                     cfg.gate.delay_episodes, cfg.gate.batch_size, device=cfg.resolved_device(),

@@ -59,17 +59,27 @@ def build_strategy(name: str, options: Any, *, model: torch.nn.Module, memory_po
                    extra_plugins: Sequence[Any] = (), device="cpu") -> Tuple[SequenceTemplate, Optional[torch.optim.Optimizer]]:
     """The Avalanche template of a run and its optimizer (None when the weights are frozen)."""
     spec = STRATEGIES.get(name)
-    plugins = [PersistentMemoryPlugin(memory_policy), *spec.plugins(strategy_options(name, options), seed),
-               *extra_plugins]
+    options = strategy_options(name, options)
+    plugins = [PersistentMemoryPlugin(memory_policy), *spec.plugins(options, seed), *extra_plugins]
     common = dict(train_mb_size=train_mb_size, train_epochs=epochs, evaluator=evaluator, plugins=plugins, device=device)
     if not spec.trains_weights:
-        return FrozenWeights(model=model, **common), None
+        frozen = {"minibatches_per_forward": options.minibatches_per_forward} if isinstance(options, FrozenOptions) else {}
+        return FrozenWeights(model=model, memory_policy=memory_policy, **frozen, **common), None
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     return SequenceTemplate(model=model, optimizer=optimizer, grad_clip=grad_clip, **common), optimizer
 
 
-register_strategy("frozen", trains_weights=False)
+@dataclass(frozen=True)
+class FrozenOptions:
+    """minibatches_per_forward: training minibatches streamed in one forward (a speed knob for long
+    streams; :class:`~strategies.sequence.FrozenWeights`)."""
+
+    minibatches_per_forward: int = 1
+
+
+register_strategy("frozen", FrozenOptions, trains_weights=False)
 register_strategy("naive")
-register_strategy("ewc", EWCOptions, lambda o, seed: [SequenceEWCPlugin(o.ewc_lambda, o.mode, o.decay_factor)])
+register_strategy("ewc", EWCOptions, lambda o, seed: [SequenceEWCPlugin(o.ewc_lambda, o.mode, o.decay_factor,
+                                                                         o.fisher, o.fisher_episodes)])
 register_strategy("replay", ReplayOptions, lambda o, seed: [SequenceReplayPlugin(o.mem_size, o.policy, seed)])
 register_strategy("lwf", LwFOptions, lambda o, seed: [LanguageDistillationPlugin(o.alpha, o.temperature, o.positions)])

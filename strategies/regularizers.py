@@ -1,7 +1,10 @@
 """EWC, replay and LwF-style distillation, made to work with stateful sequence models.
 
-- ``SequenceEWCPlugin``: Avalanche's EWC, with importances computed from the sequence loss (each
-  minibatch from a fresh state: an importance is a property of the weights on the experience's data).
+- ``SequenceEWCPlugin``: Avalanche's EWC, with importances from the sequence loss, each episode from a
+  fresh state (an importance is a property of the weights on the experience's data). The diagonal
+  Fisher is estimated from **per-sample** gradients, ``F = mean_i (grad loss_i)^2`` over episodes i
+  (the empirical Fisher: labels from the data), not from the squared gradient of a minibatch's mean
+  loss, which shrinks it by about the batch size (``fisher: minibatch`` keeps that for comparison).
 - ``SequenceReplayPlugin``: Avalanche's exemplar buffers (reservoir or experience-balanced); the
   buffer's episodes are mixed into the experience's episodes in a seeded order, so the ordered,
   fixed-lane loader still applies (Avalanche's ReplayPlugin changes the batch size, which would break
@@ -32,15 +35,26 @@ from strategies.plugins import CheckpointedPlugin
 from strategies.scores import sequence_loss
 
 
+FISHER_ESTIMATES = ("per_sample", "minibatch")
+
+
 @dataclass(frozen=True)
 class EWCOptions:
-    """ewc_lambda: weight of the penalty; mode: separate | online; decay_factor: online mode's decay."""
+    """ewc_lambda: weight of the penalty; mode: separate | online; decay_factor: online mode's decay;
+    fisher: per_sample (mean of squared per-episode gradients) | minibatch (squared gradient of each
+    minibatch's mean loss); fisher_episodes: episodes the estimate uses (0: all of the experience)."""
 
     ewc_lambda: float = 100.0
     mode: str = "separate"
     decay_factor: Optional[float] = None
+    fisher: str = "per_sample"
+    fisher_episodes: int = 0
 
     def __post_init__(self) -> None:
+        if self.fisher not in FISHER_ESTIMATES:
+            raise ValueError(f"ewc: fisher must be one of {FISHER_ESTIMATES}, got {self.fisher!r}")
+        if self.fisher_episodes < 0:
+            raise ValueError(f"ewc: fisher_episodes must be >= 0 (0: all), got {self.fisher_episodes}")
         if self.mode not in ("separate", "online"):
             raise ValueError(f"ewc: mode must be 'separate' or 'online', got {self.mode!r}")
         if (self.decay_factor is not None) != (self.mode == "online"):
@@ -86,12 +100,22 @@ class SequenceEWCPlugin(EWCPlugin, CheckpointedPlugin):
         self.saved_params.update(state["saved_params"])
         self.importances.update(state["importances"])
 
+    def __init__(self, ewc_lambda: float = 100.0, mode: str = "separate", decay_factor: Optional[float] = None,
+                 fisher: str = "per_sample", fisher_episodes: int = 0) -> None:
+        super().__init__(ewc_lambda, mode, decay_factor)
+        self.fisher, self.fisher_episodes = fisher, fisher_episodes
+
     def compute_importances(self, model, criterion, optimizer, dataset, device, batch_size, num_workers=0):
+        """The diagonal empirical Fisher on ``dataset`` (episodes, each from a fresh state); per sample:
+        one episode per backward, F = mean_i g_i^2; minibatch: F = mean_m (mean-loss gradient of m)^2."""
         model.eval()
         importances = zerolike_params_dict(model)
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_episodes)
+        if self.fisher_episodes:
+            dataset = dataset.subset(range(min(self.fisher_episodes, len(dataset))))
+        size = 1 if self.fisher == "per_sample" else batch_size
+        loader = DataLoader(dataset, batch_size=size, shuffle=False, collate_fn=collate_episodes)
         n = 0
-        for x, y, _ in loader:
+        for x, y, *_ in loader:
             optimizer.zero_grad()
             out, _ = model(x.to(device))
             sequence_loss(out, y.to(device)).backward()

@@ -92,13 +92,58 @@ class SequenceTemplate(SupervisedTemplate):
         super()._after_training_iteration(**kwargs)
 
 
+class _ConcatenatedLoader:
+    """Groups ``k`` consecutive minibatches of an ordered loader into one, concatenated along time:
+    lane b of the group is lane b's k episodes in a row, the same tokens in the same order (the last
+    group may be shorter). x, y: [B, k * T, ...]; task labels: the first minibatch's."""
+
+    def __init__(self, loader: DataLoader, k: int) -> None:
+        self.loader, self.k = loader, k
+
+    def __len__(self) -> int:
+        return -(-len(self.loader) // self.k)
+
+    def __iter__(self):
+        group = []
+        for batch in self.loader:
+            group.append(batch)
+            if len(group) == self.k:
+                yield self._join(group)
+                group = []
+        if group:
+            yield self._join(group)
+
+    @staticmethod
+    def _join(group):
+        x = torch.cat([b[0] for b in group], 1)
+        y = torch.cat([b[1] for b in group], 1)
+        return (x, y, *group[0][2:])
+
+
 class FrozenWeights(SequenceTemplate):
     """Streams the experiences through the model with no weight update (and VQ codebooks fixed):
-    forward only, in eval mode, under no_grad. Only the layers' persistent memory changes."""
+    forward only, in eval mode, under no_grad. Only the layers' persistent memory changes.
 
-    def __init__(self, *, model, **kwargs) -> None:
+    ``minibatches_per_forward`` k > 1 streams k consecutive training minibatches in one forward (each
+    lane's episodes in a row): the same tokens in the same order, so with a carried state (memory
+    policy persist or reset_experience) the same numbers up to the float tolerance of one call against
+    split calls, with k times fewer Python iterations: long streams run faster. Not with
+    reset_episode (each episode must start fresh)."""
+
+    def __init__(self, *, model, minibatches_per_forward: int = 1, memory_policy: str = "persist", **kwargs) -> None:
+        if minibatches_per_forward < 1:
+            raise ValueError(f"frozen: minibatches_per_forward must be >= 1, got {minibatches_per_forward}")
+        if minibatches_per_forward > 1 and memory_policy == "reset_episode":
+            raise ValueError("frozen: minibatches_per_forward > 1 joins episodes into one forward, which "
+                             "memory policy reset_episode (a fresh state per episode) forbids")
         dummy = torch.optim.SGD([torch.nn.Parameter(torch.zeros(()))], lr=0.0)
         super().__init__(model=model, optimizer=dummy, **kwargs)
+        self.minibatches_per_forward = minibatches_per_forward
+
+    def make_train_dataloader(self, *args, **kwargs):
+        super().make_train_dataloader(*args, **kwargs)
+        if self.minibatches_per_forward > 1:
+            self.dataloader = _ConcatenatedLoader(self.dataloader, self.minibatches_per_forward)
 
     def forward(self):
         self.model.eval()

@@ -256,3 +256,46 @@ def test_runs_with_the_same_meta_training_share_it_and_get_the_same_numbers(in_t
     assert reused.R == alone.R and reused.gate == alone.gate
     other = run(cfg("meta_other", True, n_values=12))            # the meta-training data differ: a new entry
     assert len(os.listdir(os.path.join(ckpt, "meta"))) == 2 and other.R is not None
+
+
+@pytest.mark.parametrize("mixer", ["ovq", "delta"])
+def test_frozen_streaming_several_minibatches_per_forward_gives_the_same_numbers(tmp_path, mixer):
+    """k minibatches in one forward are each lane's episodes in a row: the same tokens, the same state."""
+    model = {**TINY["model"], "layers": [mixer], "mixers": {"ovq": {"num_slots": 16, "chunk_size": 4},
+                                                             "delta": {"chunk_size": 4}}}
+    stream = {"name": "icr", "options": {**TINY["stream"]["options"], "train_episodes": 20}}   # 5 minibatches
+
+    def result(k):
+        return run(run_config({**TINY, "model": model, "stream": stream, "tracking": {"enabled": False},
+                               "strategy": {"name": "frozen", "train_mb_size": 4, "options": {"minibatches_per_forward": k}},
+                               "checkpoint": {"dir": str(tmp_path / f"k{k}"), "share_meta": False}}))
+
+    one, three = result(1), result(3)                       # 5 minibatches: groups of 3 and 2
+    assert one.tokens_after == three.tokens_after
+    for row_a, row_b in zip(one.R, three.R):
+        assert row_a == pytest.approx(row_b, abs=1e-6)
+
+
+def test_minibatches_per_forward_refuses_a_fresh_state_per_episode(tmp_path):
+    with pytest.raises(ValueError, match="reset_episode"):      # at the config, before anything runs
+        run_config({**TINY, "tracking": {"enabled": False}, "memory": {"policy": "reset_episode"},
+                    "strategy": {"name": "frozen", "train_mb_size": 4, "options": {"minibatches_per_forward": 2}},
+                    "checkpoint": {"dir": str(tmp_path)}})
+
+
+def test_the_meta_training_loop_imports_only_code_the_shared_cache_hashes():
+    """Shared meta-trained weights are keyed by the content of META_CODE: the loop must not depend on
+    project code outside it (else a change there would reuse stale weights)."""
+    import subprocess
+    import sys
+
+    from experiments.meta_cache import META_CODE, ROOT
+
+    code = ("import os, sys, strategies.meta; r = sys.argv[1]; print('\\n'.join(os.path.relpath(m.__file__, r) "
+            "for m in list(sys.modules.values()) if getattr(m, '__file__', None) and m.__file__.startswith(r) "
+            "and '.venv' not in m.__file__))")
+    out = subprocess.run([sys.executable, "-c", code, ROOT], capture_output=True, text=True, cwd=ROOT, check=True)
+    loaded = [p for p in out.stdout.split() if p]
+    assert "strategies/meta.py" in loaded
+    outside = [p for p in loaded if not any(p == e or p.startswith(e + "/") for e in META_CODE)]
+    assert outside == []

@@ -210,3 +210,38 @@ def test_ewc_adds_a_penalty_that_grows_as_weights_leave_the_old_optimum():
     strategy.train(bench.train_stream[1])
     assert capture.extra[0] == pytest.approx(0.0, abs=1e-6)          # still at the old optimum
     assert capture.extra[-1] > capture.extra[1] > 0                   # grows as the weights move
+
+
+@pytest.mark.parametrize("fisher", ["per_sample", "minibatch"])
+def test_ewc_fisher_is_the_mean_of_squared_per_episode_gradients(fisher):
+    """Known answer: the per-sample estimate equals mean_i (grad of episode i's loss)^2, computed here one
+    episode at a time; the minibatch estimate squares each minibatch's mean-loss gradient instead."""
+    bench = _two_experience_bench()
+    torch.manual_seed(0)
+    model = DecoderLM(model_config({"vocab_size": bench.info.vocab_size, "d_model": 32, "layers": ["delta"],
+                                    "mixers": {"delta": {"chunk_size": 4}}}))
+    dataset = bench.train_stream[0].dataset
+    plugin = SequenceEWCPlugin(ewc_lambda=1.0, fisher=fisher)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    got = plugin.compute_importances(model, None, opt, dataset, "cpu", batch_size=4)
+
+    def grads(items):
+        model.zero_grad()
+        x = torch.stack([dataset[i][0] for i in items])
+        y = torch.stack([dataset[i][1] for i in items])
+        sequence_loss(model(x)[0], y).backward()
+        return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    n = len(dataset)
+    groups = [[i] for i in range(n)] if fisher == "per_sample" else [list(range(i, min(i + 4, n))) for i in range(0, n, 4)]
+    expected = {}
+    for g in groups:
+        for name, grad in grads(g).items():
+            expected[name] = expected.get(name, 0) + grad.pow(2) / len(groups)
+    model.eval()
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name].data, value, rtol=1e-4, atol=1e-10)
+    if fisher == "per_sample":          # the minibatch estimate is smaller: averaging cancels gradient noise
+        small = SequenceEWCPlugin(fisher="minibatch").compute_importances(model, None, opt, dataset, "cpu", batch_size=4)
+        total = lambda imp: sum(float(v.data.sum()) for v in imp.values())
+        assert total(small) < 0.7 * total(got)
