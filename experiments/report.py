@@ -67,7 +67,7 @@ class StudySpec:
     select: Dict[str, List[str]] = field(default_factory=dict)   # keep runs whose param KEY is one of these
     baseline: Optional[str] = None                       # configuration or mixer pattern for paired tests
     more_baselines: List[str] = field(default_factory=list)   # further baselines, one paired table each
-    partition: Optional[str] = None                      # param key: paired tests within each of its values
+    partition: Optional[str] = None                      # param key(s, comma-separated): paired tests within each value
     partition_default: Optional[str] = None              # the partition of runs without that param (None: every one)
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
@@ -118,6 +118,24 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
     return out + extra + ["--quiet"]
 
 
+def _validate_every_config(argv: List[str]) -> None:
+    """Builds (validates, runs nothing) every config of a sweep's full grid: a smoke run runs only the
+    first value of each axis, and a typo in another value must still fail it."""
+    from experiments.sweep import expand, parse_grid
+
+    grids, rest, i = [], [], 1
+    while i < len(argv):
+        if argv[i] == "--grid":
+            grids.append(argv[i + 1])
+            i += 2
+        elif argv[i].startswith("--"):
+            i += 1 if argv[i] in ("--rerun", "--quiet") else 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    expand(argv[0], rest, parse_grid(grids))
+
+
 def run_study(name: str, smoke: Optional[str] = None) -> int:
     """Runs every command of the study (each an ``ovq-cl ...`` line), then rewrites RESULTS.md.
 
@@ -143,6 +161,8 @@ def run_study(name: str, smoke: Optional[str] = None) -> int:
 
             code = importlib.import_module(argv[2]).main(argv[3:])
         else:
+            if smoke and argv[1] == "sweep":
+                _validate_every_config(argv[2:])
             code = main(smoke_command(argv[1:], spec, smoke) if smoke else argv[1:])
         if code:
             print(f"study {name}: {command!r} exited with {code}")
@@ -214,9 +234,14 @@ def _partitions(records: List[compare.RunRecord], key: Optional[str], default: O
     across budgets), in every partition."""
     if not key:
         return [(None, records)]
-    def value(r):
-        v = r.params.get(key, default)
-        return None if v in (None, "None", "null") else v
+    if "," in key:                       # several keys: a partition per combination ("-" where a run lacks one)
+        keys = [k.strip() for k in key.split(",")]
+        def value(r):
+            return ", ".join(str(r.params.get(k, "-")) for k in keys)
+    else:
+        def value(r):
+            v = r.params.get(key, default)
+            return None if v in (None, "None", "null") else v
 
     values = sorted({value(r) for r in records if value(r) is not None}, key=_numeric_first)
     return [(v, [r for r in records if value(r) in (None, v)]) for v in values]
@@ -351,7 +376,8 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None) -> str:
             lines.append(f"| {spec.verdict} | | | 0 | | | | | | | no runs yet |")
             continue
         for value, subset in _partitions(records, spec.partition, spec.partition_default):
-            where = "-" if value is None else f"{spec.partition.rsplit('.', 1)[-1]}={value}"
+            short = ", ".join(k.strip().rsplit(".", 1)[-1] for k in spec.partition.split(",")) if spec.partition else ""
+            where = "-" if value is None else f"{short}={value}"
             try:
                 rows = compare.verdict_rows(subset, spec.baseline)
             except ValueError as e:
