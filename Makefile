@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JOBS ?= 2
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench clean report
 
 install: $(STAMP)
 
@@ -20,6 +20,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(JOBS)
+
+# one study of experiments/studies/: its sweeps, then RESULTS.md (e.g. make study-icr_long)
+study-%: $(STAMP)
+	$(VENV)/bin/ovq-cl study $*
+
+report: $(STAMP)
+	$(VENV)/bin/ovq-cl report
 
 clean:
 	rm -rf $(VENV) mlruns.db mlruns outputs
