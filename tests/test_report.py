@@ -178,3 +178,25 @@ def test_smoke_commands_are_cut_to_the_first_grid_value_and_write_elsewhere(tmp_
     assert out[5:7] == ["--grid", "a&b=1&2"] and out[out.index("--out") + 1] == str(tmp_path / "results")
     assert "stream.options.train_episodes=8" in out and "meta_train.steps=2" in out
     assert any(o.startswith("tracking.tracking_uri=sqlite:///" + str(tmp_path)) for o in out)
+
+
+def test_partitions_over_several_params_pair_within_each_combination():
+    from experiments import compare
+
+    runs = []
+    for strategy, lam in (("naive", None), ("ewc", "100.0"), ("ewc", "10000.0")):
+        for layers, forgotten in (("ovq", 0.1), ("delta", 0.5 if lam != "10000.0" else 0.1)):
+            for s in range(3):
+                d = _forgetting_run(layers, s, forgotten + 0.01 * s * (layers == "delta"))
+                d["params"]["strategy.name"] = strategy
+                if lam:
+                    d["params"]["strategy.options.ewc_lambda"] = lam
+                runs.append(d)
+    records = [compare.record_from_json(d) for d in runs]
+    parts = dict(report._partitions(records, "strategy.name, strategy.options.ewc_lambda"))
+    assert set(parts) == {"ewc, 10000.0", "ewc, 100.0", "naive, -"}
+    assert all(len(v) == 6 for v in parts.values())
+    (row,) = compare.verdict_rows(parts["ewc, 10000.0"], "ovq")
+    assert abs(row.forgetting.mean_difference - 0.01) < 1e-9
+    (row,) = compare.verdict_rows(parts["naive, -"], "ovq")
+    assert row.verdict == "OVQ forgets less"
