@@ -348,9 +348,10 @@ class VerdictRow:
             return "not comparable: not learned"
         if self.n_pairs < 2 or math.isnan(f.p_t):
             return "too few pairs"
+        few = "" if self.n_pairs >= 5 else f" ({self.n_pairs} seeds, fewer than 5)"
         if f.p_t < 0.05:
-            return "OVQ forgets less" if f.mean_difference > 0 else "**OVQ forgets more**"
-        return "no difference detected"
+            return ("OVQ forgets less" if f.mean_difference > 0 else "**OVQ forgets more**") + few
+        return "no difference detected" + few
 
 
 def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow]:
@@ -365,8 +366,8 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
     base = {r.replicate: r for r in groups[base_key]}
     rows = []
     for key in sorted(groups):
-        if key == base_key:
-            continue
+        if key == base_key or "ovq" in _layers(groups[key][0].params.get("model.layers", "")):
+            continue                    # other OVQ configurations are the study's business, not the verdict's
         others = {r.replicate: r for r in groups[key]}
         shared = sorted(set(base) & set(others), key=str)
         pairs = [(others[s], base[s]) for s in shared]
@@ -383,11 +384,26 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
         mean_bytes = lambda rs: statistics.fmean([statistics.fmean(r.state_bytes) for r in rs if r.state_bytes] or [math.nan])
         mean_params = lambda rs: statistics.fmean([r.parameters for r in rs] or [math.nan])
         metric = groups[base_key][0].metric
-        rows.append(VerdictRow(key, len(learned), len(pairs) - len(learned), forgetting, learning,
+        rows.append(VerdictRow(_describe(groups[key][0], groups[base_key][0]), len(learned), len(pairs) - len(learned),
+                               forgetting, learning,
                                higher_is_better(metric), current,
                                (mean_bytes(groups[base_key]), mean_bytes(groups[key])),
                                (mean_params(groups[base_key]), mean_params(groups[key]))))
     return rows
+
+
+SIZING_KEYS = ("model.state_budget", "model.layers")
+
+
+def _describe(run: RunRecord, baseline: RunRecord) -> str:
+    """A configuration by its mixers and the params (short names) where it differs from the baseline's,
+    sizing and bookkeeping aside: ``delta``, ``full``, ``ssm (chunk_size=8)``."""
+    mixers = "+".join(_layers(run.params.get("model.layers", "")))
+    differ = [k for k in sorted(set(run.params) | set(baseline.params))
+              if run.params.get(k) != baseline.params.get(k) and k not in SIZING_KEYS
+              and not _is_seed_or_bookkeeping(k) and not k.startswith("model.mixers.") and not k.startswith("model.resolved")]
+    extra = ", ".join(f"{k.rsplit('.', 1)[-1]}={run.params.get(k, '-')}" for k in differ)
+    return f"{mixers} ({extra})" if extra else mixers
 
 
 def _p(p: float) -> str:
