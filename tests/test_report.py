@@ -139,14 +139,14 @@ def test_the_verdict_says_who_forgets_less_from_paired_seeds(study):
     runs += [_forgetting_run("ssm", s, 0.10 + noise[::-1][s]) for s in range(5)]       # the same
     runs += [_forgetting_run("linear", s, 0.0, learned=False) for s in range(5)]
     records = [compare.record_from_json(d) for d in runs]
-    rows = {r.other.split("=")[-1]: r for r in compare.verdict_rows(records, "ovq")}
-    assert rows["['delta']"].verdict == "OVQ forgets less"
-    assert abs(rows["['delta']"].forgetting.mean_difference - 0.5) < 1e-9 and rows["['delta']"].n_pairs == 5
-    assert rows["['vq']"].verdict == "**OVQ forgets more**"
-    assert rows["['ssm']"].verdict == "no difference detected"
-    assert rows["['linear']"].verdict == "not comparable: not learned" and rows["['linear']"].n_not_learned == 5
+    rows = {r.other: r for r in compare.verdict_rows(records, "ovq")}
+    assert rows["delta"].verdict == "OVQ forgets less"
+    assert abs(rows["delta"].forgetting.mean_difference - 0.5) < 1e-9 and rows["delta"].n_pairs == 5
+    assert rows["vq"].verdict == "**OVQ forgets more**"
+    assert rows["ssm"].verdict == "no difference detected"
+    assert rows["linear"].verdict == "not comparable: not learned" and rows["linear"].n_not_learned == 5
     # the learning cost is paired over every shared seed: OVQ learns 0.95 on average, linear 0.45
-    assert abs(rows["['linear']"].learning.mean_difference - 0.0) < 1e-9
+    assert abs(rows["linear"].learning.mean_difference - 0.0) < 1e-9
 
     (study / "results" / "verdict.json").write_text(json.dumps(runs))
     (study / "studies" / "toy.yaml").write_text(
