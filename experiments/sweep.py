@@ -57,7 +57,8 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
     """Runs every config under one parent MLflow run; a failed run is reported and the sweep goes on.
 
     The parent logs the grid as params and, with ``out``, the comparison table, the run records (JSON)
-    and the forgetting-curve plot as artifacts (also written to ``out``). Finished identical runs are
+    and the forgetting-curve plot as artifacts (also written to ``out``); the JSON is rewritten after
+    every finished run, so a sweep killed midway leaves the records of the runs it finished. Finished identical runs are
     reused, never re-parented (only the runs a sweep starts are its children). Prints one line per run
     with the time so far and an estimate of the time left. Returns (results, failures).
     """
@@ -81,6 +82,8 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             outcome = "done"
             try:
                 results.append(run(cfg, parent_run_id=parent.run_id, rerun=rerun, announce=announce))
+                if out:                 # the records so far: a sweep killed later keeps what it finished
+                    _write_records(results, os.path.join(out, f"{name}.json"))
             except Exception as err:  # one broken configuration must not lose the others
                 failures.append((cfg.label(), f"{type(err).__name__}: {err}"))
                 traceback.print_exc()
@@ -97,11 +100,22 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             text = compare.table(results)
             with open(paths["table"], "w") as fh:
                 fh.write(text + "\n")
-            with open(paths["json"], "w") as fh:
-                json.dump([r.record() for r in results], fh, indent=1)
+            _write_records(results, paths["json"])
             compare.curves_plot(records, paths["plot"], name)
             for path in paths.values():
                 parent.client.log_artifact(parent.run_id, path)
             announce(text)
             announce(f"table, records and plot: {', '.join(paths.values())} (also artifacts of MLflow run {parent.run_id})")
     return results, failures
+
+
+def _write_records(results, path: str) -> None:
+    """The run records as JSON, written atomically (a reader never sees half a file)."""
+    import json
+    import os
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump([r.record() for r in results], fh, indent=1)
+    os.replace(tmp, path)

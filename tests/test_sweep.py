@@ -109,3 +109,27 @@ def test_options_of_unused_mixers_do_not_split_or_name_groups():
     groups = compare.group_by_config(items, lambda p: p)
     assert {k: len(v) for k, v in groups.items()} == {
         "layers=['ovq']": 2, "layers=['vq'], vq.codebook_size=32": 1, "layers=['vq'], vq.codebook_size=16": 1}
+
+
+def test_a_sweep_killed_midway_keeps_the_records_of_the_runs_it_finished(tmp_path, monkeypatch):
+    import json
+
+    import experiments.runner as runner
+
+    monkeypatch.chdir(tmp_path)
+    base = {**TINY, "tracking": {"enabled": False}, "checkpoint": {"dir": str(tmp_path / "ckpt")},
+            "stream": {"name": "icr", "options": {**TINY["stream"]["options"], "n_experiences": 2}}}
+    configs = expand(base, [], {"seed": ["0", "1", "2"]})
+    real_run, calls = runner.run, []
+
+    def run_then_die(cfg, **kwargs):
+        calls.append(cfg.seed)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return real_run(cfg, **kwargs)
+
+    monkeypatch.setattr(runner, "run", run_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(configs, "killed-sweep", out=str(tmp_path / "out"))
+    records = json.load(open(tmp_path / "out" / "killed-sweep.json"))
+    assert [r["seed"] for r in records] == [0]
