@@ -62,7 +62,6 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
     reused, never re-parented (only the runs a sweep starts are its children). Prints one line per run
     with the time so far and an estimate of the time left. Returns (results, failures).
     """
-    import json
     import os
     import time
 

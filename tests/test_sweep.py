@@ -131,5 +131,5 @@ def test_a_sweep_killed_midway_keeps_the_records_of_the_runs_it_finished(tmp_pat
     monkeypatch.setattr(runner, "run", run_then_die)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(configs, "killed-sweep", out=str(tmp_path / "out"))
-    records = json.load(open(tmp_path / "out" / "killed-sweep.json"))
+    records = json.loads((tmp_path / "out" / "killed-sweep.json").read_text())
     assert [r["seed"] for r in records] == [0]
