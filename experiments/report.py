@@ -376,8 +376,7 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None) -> str:
             lines.append(f"| {spec.verdict} | | | 0 | | | | | | | no runs yet |")
             continue
         for value, subset in _partitions(records, spec.partition, spec.partition_default):
-            short = ", ".join(k.strip().rsplit(".", 1)[-1] for k in spec.partition.split(",")) if spec.partition else ""
-            where = "-" if value is None else f"{short}={value}"
+            where = "-" if value is None else _where(spec.partition, value)
             try:
                 rows = compare.verdict_rows(subset, spec.baseline)
             except ValueError as e:
@@ -396,6 +395,14 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None) -> str:
                     f"{_kb(r.state_bytes[0])} / {_kb(r.state_bytes[1])} | {_kb(r.parameters[0])} / {_kb(r.parameters[1])} | "
                     f"{r.verdict} |")
     return "\n".join(lines)
+
+
+def _where(partition: str, value: str) -> str:
+    """``"strategy.name, strategy.options.ewc_lambda", "ewc, 100.0"`` -> ``"name=ewc, ewc_lambda=100.0"``
+    (a key a run lacks, "-", is left out)."""
+    keys = [k.strip().rsplit(".", 1)[-1] for k in partition.split(",")]
+    values = value.split(", ") if len(keys) > 1 else [value]
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, values) if v != "-")
 
 
 def verdict_section(specs: List[StudySpec], root: Optional[str] = None) -> str:
