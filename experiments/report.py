@@ -385,7 +385,8 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None) -> str:
             for r in rows:
                 f, lrn = r.forgetting, r.learning
                 arrow = "" if r.higher_is_better else " (lower is better)"
-                fcell = "-" if r.n_pairs == 0 else f"{f.mean_difference:+.3f} [{f.low:+.3f}, {f.high:+.3f}]"
+                fcell = ("-" if r.n_pairs == 0 else f"{f.mean_difference:+.3f}" if r.n_pairs < 2 else
+                         f"{f.mean_difference:+.3f} [{f.low:+.3f}, {f.high:+.3f}]")
                 lcell = ("-" if lrn.n == 0 else f"{lrn.mean_difference:+.3f}{arrow}" if lrn.n < 2 else
                          f"{lrn.mean_difference:+.3f} [{lrn.low:+.3f}, {lrn.high:+.3f}]{arrow}")
                 cur = " (facts in force)" if r.current else ""
