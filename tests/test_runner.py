@@ -165,7 +165,8 @@ def test_config_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="n_expriences"):
         run_config({"stream": {"name": "icr", "options": {"n_expriences": 2}}})
     assert run_config({"strategy": {"name": "ewc"}}).strategy.options == {"ewc_lambda": 100.0, "mode": "separate",
-                                                                          "decay_factor": None}
+                                                                          "decay_factor": None, "fisher": "per_sample",
+                                                                          "fisher_episodes": 0}
     with pytest.raises(ValueError, match="memory.policy"):
         run_config(None, ["memory.policy=forever"])
 
