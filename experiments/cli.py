@@ -32,7 +32,8 @@ USER_ERRORS = (ValueError, TypeError, FileNotFoundError, PermissionError, NotADi
                FloatingPointError)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ovq-cl`` command line (also used to read a study's commands)."""
     parser = argparse.ArgumentParser(prog="ovq-cl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
@@ -86,6 +87,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     sizes.add_argument("--heads", type=int, default=4)
     sizes.add_argument("--budget", type=int, default=None,
                        help="bytes per layer and lane: size every mixer to it and show the sizing and parameters")
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """``argv`` read by ``parser``, key=value overrides collected wherever they stand."""
     # key=value overrides may come before, between or after options (argparse alone would refuse
     # `run CFG --plugin M key=value`): whatever argparse leaves over and looks like one is an override
     args, rest = parser.parse_known_args(argv)
@@ -93,6 +99,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not hasattr(args, "overrides") or any(a.startswith("-") or "=" not in a for a in rest):
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         args.overrides = list(args.overrides) + rest
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parse_args(parser, argv)
     if args.command in ("run", "sweep", "study"):
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:

@@ -119,21 +119,15 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
 
 
 def _validate_every_config(argv: List[str]) -> None:
-    """Builds (validates, runs nothing) every config of a sweep's full grid: a smoke run runs only the
-    first value of each axis, and a typo in another value must still fail it."""
+    """Builds (validates, runs nothing) every config of a sweep's full grid, read by the CLI's own
+    parser: a smoke run runs only the first value of each axis, and a typo in another value must still
+    fail it."""
+    from experiments.cli import build_parser, parse_args
     from experiments.sweep import expand, parse_grid
 
-    grids, rest, i = [], [], 1
-    while i < len(argv):
-        if argv[i] == "--grid":
-            grids.append(argv[i + 1])
-            i += 2
-        elif argv[i].startswith("--"):
-            i += 1 if argv[i] in ("--rerun", "--quiet") else 2
-        else:
-            rest.append(argv[i])
-            i += 1
-    expand(argv[0], rest, parse_grid(grids))
+    parser = build_parser()
+    args = parse_args(parser, ["sweep", *argv])
+    expand(args.config, args.overrides, parse_grid(args.grid), plugins=args.plugin)
 
 
 def run_study(name: str, smoke: Optional[str] = None) -> int:
