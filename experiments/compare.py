@@ -381,15 +381,21 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
                                        [col(b, "forgetting_max") for _, b in learned])
         learning = paired_comparison([b.summary.get("learning_average", math.nan) for _, b in pairs],
                                      [a.summary.get("learning_average", math.nan) for a, _ in pairs])
-        mean_bytes = lambda rs: statistics.fmean([statistics.fmean(r.state_bytes) for r in rs if r.state_bytes] or [math.nan])
-        mean_params = lambda rs: statistics.fmean([r.parameters for r in rs] or [math.nan])
         metric = groups[base_key][0].metric
         rows.append(VerdictRow(_describe(groups[key][0], groups[base_key][0]), len(learned), len(pairs) - len(learned),
                                forgetting, learning,
                                higher_is_better(metric), current,
-                               (mean_bytes(groups[base_key]), mean_bytes(groups[key])),
-                               (mean_params(groups[base_key]), mean_params(groups[key]))))
+                               (_mean_bytes(groups[base_key]), _mean_bytes(groups[key])),
+                               (_mean_parameters(groups[base_key]), _mean_parameters(groups[key]))))
     return rows
+
+
+def _mean_bytes(runs: Sequence[RunRecord]) -> float:
+    return statistics.fmean([statistics.fmean(r.state_bytes) for r in runs if r.state_bytes] or [math.nan])
+
+
+def _mean_parameters(runs: Sequence[RunRecord]) -> float:
+    return statistics.fmean([r.parameters for r in runs] or [math.nan])
 
 
 SIZING_KEYS = ("model.state_budget", "model.layers")
