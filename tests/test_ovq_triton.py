@@ -180,6 +180,10 @@ OP_CASES = [
     (45, 8, 20, 20, OVQParams(num_slots=12, chunk_size=8, growth="linear", growth_rate=0.5, init="random")),
     (40, 7, 16, 12, OVQParams(num_slots=9, chunk_size=7, state_grad="detach")),                    # saturates
     (45, 8, 20, 20, OVQParams(num_slots=12, chunk_size=8, recompute_chunks=2)),                    # recomputed
+    # the plasticity rules: lanes with different used prefixes (count-0 slots inside n_active), maintenance
+    (45, 8, 12, 12, OVQParams(num_slots=10, chunk_size=8, growth="novelty", novelty_threshold=0.3,
+                              when_full="merge", count_decay=0.9)),
+    (45, 8, 12, 12, OVQParams(num_slots=10, chunk_size=8, novelty_threshold=0.3, when_full="evict", count_cap=5.0)),
 ]
 
 
@@ -194,7 +198,7 @@ def run_op(backend, q, k, v, beta, params, initial_state=None):
 
 
 @needs_triton
-@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: f"T{c[0]}-L{c[1]}-D{c[2]}-N{c[4].num_slots}-{c[4].init}-{c[4].state_grad}-r{c[4].recompute_chunks}")
+@pytest.mark.parametrize("case", OP_CASES, ids=lambda c: f"T{c[0]}-L{c[1]}-D{c[2]}-N{c[4].num_slots}-{c[4].init}-{c[4].state_grad}-r{c[4].recompute_chunks}-{c[4].growth}-{c[4].when_full}")
 def test_op_triton_matches_reference(case):
     T, L, D, Dv, params = case
     dtype = torch.float32
@@ -205,7 +209,9 @@ def test_op_triton_matches_reference(case):
     beta = torch.tensor([3.0, 6.0, 9.0], dtype=dtype, device=DEVICE, requires_grad=True)
     o_ref, s_ref, g_ref = run_op("naive", q, k, v, beta, params)
     o, s, grads = run_op("triton", q, k, v, beta, params)
-    assert s.n_active == s_ref.n_active and s.seen == s_ref.seen
+    assert (s.n_active, s.seen, s.merges, s.evictions) == (s_ref.n_active, s_ref.seen, s_ref.merges, s_ref.evictions)
+    if params.plastic and params.when_full != "none":
+        assert s.merges + s.evictions > 0                              # the maintenance rule acted
     if params.num_slots == 37:
         assert 0 < s.n_active < params.num_slots
     assert rel_err(o, o_ref) < 1e-4

@@ -15,7 +15,8 @@ from ovq_cl.ops.ovq import BACKENDS, OVQParams, OVQState, ovq_attention
 @dataclasses.dataclass(frozen=True)
 class OVQOptions(OVQParams, MixerOptions):
     """The op's hyper-parameters (:class:`OVQParams`: num_slots, chunk_size, growth, growth_alpha,
-    growth_rate, init, state_grad, init_seed, recompute_chunks) plus the layer's: head_dim, beta_init
+    growth_rate, init, state_grad, init_seed, recompute_chunks, and the plasticity rules
+    novelty_threshold, when_full, count_decay, count_cap) plus the layer's: head_dim, beta_init
     and learn_beta (the per-head inverse temperature, stored as log), backend (auto | naive |
     recurrent | triton). The layer passes these options to the op as its params."""
 
@@ -64,10 +65,14 @@ class OVQAttention(Mixer):
         return batch_size * self.n_heads * per_head * elem_size(dtype)
 
     def state_stats(self, state: Optional[OVQState]) -> Dict[str, float]:
-        """Active slots, and the entropy of the counts (nats, averaged over lanes and heads)."""
+        """Used slots (counts > 0, mean over lanes and heads), the entropy of the counts (nats, mean
+        over lanes and heads), and the slots the ``when_full`` rule freed since the state began, per
+        lane (``merges``, ``evictions``; both 0 without the rule)."""
         if state is None or state.n_active == 0:
-            return {"active_slots": 0.0, "count_entropy": 0.0}
+            return {"active_slots": 0.0, "count_entropy": 0.0, "merges": 0.0, "evictions": 0.0}
         c = state.counts[:, :, : state.n_active]
         p = c / c.sum(-1, keepdim=True)
         entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
-        return {"active_slots": float(state.n_active), "count_entropy": float(entropy)}
+        lanes = state.counts.shape[0]
+        return {"active_slots": float((c > 0).sum(-1).float().mean()), "count_entropy": float(entropy),
+                "merges": state.merges / lanes, "evictions": state.evictions / lanes}

@@ -32,6 +32,7 @@ import torch
 
 from ovq_cl.ops.common import check_head_vector, check_qkv, check_state_shape, compute_dtype, l2norm
 from ovq_cl.ops.ovq.common import OVQParams, OVQState, empty_ovq_state, growth_target, random_init_select
+from ovq_cl.ops.ovq.plasticity import absorb_chunk_plastic
 from ovq_cl.ops.recompute import recomputed, segment_runs
 
 # ------------------------------------------------------------------------- per-chunk primitives
@@ -253,7 +254,10 @@ def _absorb(
     One pass over the active dictionary (``prims.max_similarity``) serves both the spread init (the
     max) and the assignment (the argmax); the assignment then only compares against the m new slots:
     a new slot wins when strictly closer, which is ``argmax`` over [old | new] with first index on ties.
+    With any plasticity rule on, the functional per-lane update of :mod:`~ovq_cl.ops.ovq.plasticity`.
     """
+    if params.plastic:
+        return absorb_chunk_plastic(state, k, v, params, prims.merge)
     n_slots, n_local = params.num_slots, k.shape[2]
     n_active = state.n_active
     n_new = max(min(growth_target(state.seen + n_local, params) - n_active, n_local), 0)

@@ -60,8 +60,69 @@ def kmeans_merge(
     return new_keys, new_values, new_counts
 
 
+def absorb_chunk_plastic_naive(state: OVQState, k: torch.Tensor, v: torch.Tensor, params: OVQParams) -> OVQState:
+    """The dictionary after one full chunk with the plasticity rules, one lane and head at a time, each
+    step as written in :mod:`ovq_cl.ops.ovq.plasticity` (the batched form tested against this)."""
+    B, H, L, _ = k.shape
+    N, tau = params.num_slots, params.novelty_threshold
+    keys, values, counts = state.keys.clone(), state.values.clone(), state.counts.clone()
+    if params.count_decay != 1.0:
+        counts = torch.where(counts > 0, (counts * params.count_decay).clamp_min(1e-30), counts)
+    slot = torch.full((B, H, L), N, dtype=torch.int64)
+    merges = evictions = 0
+    sched = growth_target(state.seen + L, params)
+    for b in range(B):
+        for h in range(H):
+            u = int((counts[b, h] > 0).sum())
+            sims = [max((float(k[b, h, i].detach() @ keys[b, h, n].detach()) for n in range(u)), default=float("-inf"))
+                    for i in range(L)]
+            order = sorted(range(L), key=lambda i: sims[i])             # stable: ties by position
+            m = min(max(sched - u, 0), L)
+            if tau is not None:
+                m = max(m, sum(s < tau for s in sims))
+            m = min(m, N - u)
+            took = {}
+            for r in range(m):                                          # the m least similar keys open slots
+                took[order[r]] = u + r
+            if params.when_full != "none" and u == N and sims[order[0]] < tau:
+                if params.when_full == "evict":
+                    free = int(torch.argmin(counts[b, h]))
+                    evictions += 1
+                else:
+                    pair, best = None, float("-inf")
+                    for i in range(N):
+                        for j in range(i + 1, N):
+                            s = float(keys[b, h, i].detach() @ keys[b, h, j].detach())
+                            if s > best:
+                                pair, best = (i, j), s
+                    i, j = pair
+                    ci, cj = counts[b, h, i].clone(), counts[b, h, j].clone()
+                    ki, kj = keys[b, h, i].clone(), keys[b, h, j].clone()    # copies: the rows are overwritten
+                    vi, vj = values[b, h, i].clone(), values[b, h, j].clone()
+                    keys[b, h, i] = l2norm(ci * ki + cj * kj)
+                    values[b, h, i] = (ci * vi + cj * vj) / (ci + cj)
+                    counts[b, h, i] = ci + cj
+                    free = j
+                    merges += 1
+                took[order[0]] = free
+            for i, n in took.items():
+                keys[b, h, n], values[b, h, n], counts[b, h, n] = k[b, h, i], v[b, h, i], 1.0
+            used = int((counts[b, h] > 0).sum())
+            for i in range(L):
+                if i not in took:
+                    slot[b, h, i] = int(torch.argmax(keys[b, h, :used].detach() @ k[b, h, i].detach()))
+    n_active = int((counts > 0).sum(-1).max())
+    keys, values, counts = kmeans_merge(keys, values, counts, slot, k, v)
+    if params.count_cap is not None:
+        counts = counts.clamp_max(params.count_cap)
+    return dataclasses.replace(state, keys=keys, values=values, counts=counts, seen=state.seen + L, n_active=n_active,
+                               merges=state.merges + merges, evictions=state.evictions + evictions)
+
+
 def absorb_chunk_naive(state: OVQState, k: torch.Tensor, v: torch.Tensor, params: OVQParams) -> OVQState:
     """The dictionary after one full chunk: k [B, H, L, Dk] (normalised), v [B, H, L, Dv]."""
+    if params.plastic:
+        return absorb_chunk_plastic_naive(state, k, v, params)
     n_old, L = state.n_active, k.shape[2]
     n_new = max(min(growth_target(state.seen + L, params) - n_old, L), 0)
     keys, values, counts = state.keys, state.values, state.counts
