@@ -209,3 +209,19 @@ def test_naive_and_batched_agree_chunk_by_chunk_on_the_maintenance_rules():
 def test_bad_rule_settings_raise_one_clear_line(bad, match):
     with pytest.raises(ValueError, match=match):
         OVQParams(**bad)
+
+
+def test_layer_reports_used_slots_and_maintenance_per_lane():
+    from ovq_cl.layers.ovq import OVQAttention
+
+    torch.manual_seed(0)
+    layer = OVQAttention(d_model=16, n_heads=2, num_slots=6, chunk_size=4, growth="novelty",
+                         novelty_threshold=0.6, when_full="evict").double()
+    _, state = layer(torch.randn(3, 64, 16, dtype=F64))
+    stats = layer.state_stats(state)
+    used = (state.counts > 0).sum(-1).double()
+    assert stats["active_slots"] == pytest.approx(float(used.mean()))
+    assert stats["evictions"] == pytest.approx(state.evictions / 3) and stats["evictions"] > 0
+    assert stats["merges"] == 0.0
+    restored = type(state).from_state_dict(state.state_dict())
+    assert (restored.merges, restored.evictions) == (state.merges, state.evictions)
