@@ -70,6 +70,7 @@ class StudySpec:
     partition: Optional[str] = None                      # param key(s, comma-separated): paired tests within each value
     partition_default: Optional[str] = None              # the partition of runs without that param (None: every one)
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
+    plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
     verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
     smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
@@ -304,6 +305,57 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
     plt.close(fig)
 
 
+def _config_names(groups: Dict[str, list]) -> Dict[str, str]:
+    """Short names of configurations: the params that differ among them (key's last part = value)."""
+    params = {k: k.split(", ") for k in groups}
+    shared = set.intersection(*(set(v) for v in params.values())) if params else set()
+    return {k: ", ".join(p.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + p.split("=", 1)[1]
+                         for p in v if p not in shared) or k for k, v in params.items()}
+
+
+def plot_plane(records: List[compare.RunRecord], path: str, title: str,
+               partition: Optional[str], partition_default: Optional[str]) -> None:
+    """The stability-plasticity plane: learning score (mean R[j][j]) against forgetting_max, one point
+    per configuration with 95% CIs over seeds on both axes, one panel per partition value (e.g. state
+    budget). Forgetting from runs that learned only; a configuration with no learned run is left out
+    of the panel and named in its caption."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.statistics import mean_interval
+
+    parts = _partitions(records, partition, partition_default)
+    fig, axes = plt.subplots(1, len(parts), figsize=(5.2 * len(parts), 4.8), squeeze=False)
+    for ax, (value, subset) in zip(axes[0], parts):
+        groups = compare.group_records(subset)
+        names = _config_names(groups)
+        missing = []
+        for key, runs in sorted(groups.items()):
+            learned = [r for r in runs if r.learned is not False]
+            if not learned:
+                missing.append(names[key])
+                continue
+            f = mean_interval([r.summary.get("forgetting_max", float("nan")) for r in learned])
+            ell = mean_interval([r.summary.get("learning_average", float("nan")) for r in learned])
+            ax.errorbar([f.mean], [ell.mean],
+                        xerr=[[f.mean - f.low if f.n > 1 else 0], [f.high - f.mean if f.n > 1 else 0]],
+                        yerr=[[ell.mean - ell.low if ell.n > 1 else 0], [ell.high - ell.mean if ell.n > 1 else 0]],
+                        marker="o", capsize=3, label=f"{names[key]} (n={len(learned)})")
+        ax.set_xlabel("forgetting_max (lower: more stable)")
+        ax.set_ylabel("learning score, mean R[j][j] (higher: more plastic)")
+        ax.set_title((f"{partition} = {value}" if value is not None else "") +
+                     (f"\nnot learned: {'; '.join(missing)}" if missing else ""), fontsize=8)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, loc="best")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
 def section(spec: StudySpec, root: Optional[str] = None) -> str:
     raw = _raw(spec, root)
     records = [compare.record_from_json(d) for d in raw]
@@ -333,6 +385,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     if spec.plot:
         plot_by_state_bytes(records, os.path.join(root or PROJECT_DIR, spec.plot), spec.title)
         parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]
+    if spec.plane:
+        plot_plane(records, os.path.join(root or PROJECT_DIR, spec.plane), spec.title, spec.partition, spec.partition_default)
+        parts += [f"![learning score against forgetting (stability-plasticity plane)]({spec.plane})", ""]
     for baseline in ([spec.baseline] if spec.baseline else []) + list(spec.more_baselines):
         for value, subset in _partitions(records, spec.partition, spec.partition_default):
             where = "" if value is None else f", {spec.partition} = {value}"
