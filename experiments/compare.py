@@ -281,13 +281,13 @@ def delay_table(records: Iterable[RunRecord]) -> str:
 def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:
     """The group called ``name``, or the one group whose mixers (``model.layers`` joined by '+') are ``name``;
     ``"MIXERS | KEY=VALUE, ..."`` also requires those params (full keys, values as logged), e.g.
-    ``"ovq | stream.options.meta_sequence_episodes=4"``."""
+    ``"ovq | stream.options.meta_sequence_episodes=4"``; MIXERS ``*`` matches any mixers (the params decide)."""
     if name in groups:
         return name
     mixers, _, conditions = (part.strip() for part in name.partition("|"))
     wanted = dict(c.strip().split("=", 1) for c in conditions.split(",") if c.strip())
     matches = [k for k, runs in groups.items()
-               if "+".join(_layers(runs[0].params.get("model.layers", ""))) == mixers
+               if (mixers == "*" or "+".join(_layers(runs[0].params.get("model.layers", ""))) == mixers)
                and all(runs[0].params.get(key) == value for key, value in wanted.items())]
     if len(matches) != 1:
         raise ValueError(f"baseline {name!r} matches {len(matches)} configurations; known: {sorted(groups)}")

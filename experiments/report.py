@@ -74,6 +74,7 @@ class StudySpec:
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
     verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
     smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
+    smoke_by_config: Dict[str, List[str]] = field(default_factory=dict)   # more, for the commands of one config file
     findings: str = ""
 
 
@@ -96,7 +97,8 @@ SMOKE_OVERRIDES = ("meta_train.steps=2", "meta_train.batch_size=4", "gate.episod
 
 def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
     """A study command made tiny for ``--smoke``: every ``--grid`` axis cut to its first value, the
-    spec's ``smoke`` overrides and :data:`SMOKE_OVERRIDES` added, its JSON, runs, checkpoints and MLflow
+    spec's ``smoke`` overrides (and its ``smoke_by_config`` ones for the command's config file) and
+    :data:`SMOKE_OVERRIDES` added, its JSON, runs, checkpoints and MLflow
     store under ``root``. It checks that the command parses, every config validates and runs, and the
     report reads what it wrote; it says nothing about the numbers."""
     from experiments.sweep import parse_grid
@@ -114,7 +116,8 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
         else:
             out.append(a)
             i += 1
-    extra = [*SMOKE_OVERRIDES, *spec.smoke, f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
+    config = argv[1] if len(argv) > 1 and argv[0] == "sweep" else None
+    extra = [*SMOKE_OVERRIDES, *spec.smoke, *spec.smoke_by_config.get(config, []), f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
              f"checkpoint.dir={os.path.join(root, 'checkpoints')}", f"output_dir={root}"]
     return out + extra + ["--quiet"]
 

@@ -122,6 +122,14 @@ def test_a_baseline_can_name_params_beside_its_mixers():
     assert groups[key][0].params["stream.options.meta_sequence_episodes"] == "4"
     with pytest.raises(ValueError, match="matches 2 configurations"):
         find_group(groups, "ovq")
+    # '*' leaves the mixers to the params: the hybrid's group is found by its params alone
+    hybrid = _run("swa,ovq", 0, [[1.0]])
+    hybrid["params"]["stream.options.meta_sequence_episodes"] = "2"
+    groups = group_records([record_from_json(r) for r in runs + [hybrid]])
+    key = find_group(groups, "* | stream.options.meta_sequence_episodes=2")
+    assert groups[key][0].params["model.layers"] == hybrid["params"]["model.layers"]
+    with pytest.raises(ValueError, match="matches 0 configurations"):
+        find_group(groups, "ovq | stream.options.meta_sequence_episodes=2")
 
 
 def _forgetting_run(layers, seed, forgotten, learned=True):
