@@ -449,7 +449,8 @@ def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OV
         o_seg, keys, values, counts = recomputed(run, state.keys, state.values, state.counts, beta,
                                                  q_seg, k_seg, v_seg, non_differentiable=(3,))
         state = dataclasses.replace(state, keys=keys, values=values, counts=counts,
-                                    seen=info["seen"], n_active=info["n_active"])
+                                    seen=info["seen"], n_active=info["n_active"],
+                                    merges=state.merges + info["merges"], evictions=state.evictions + info["evictions"])
         outputs.extend(o_seg.split(L, dim=2))
     return outputs, state
 
@@ -466,6 +467,7 @@ def _run_segment(seen, n_active, pending_keys, pending_values, params, prims, in
         o_c, state = _chunk_step(state, 0, qc, kc, vc, beta=beta, params=params, prims=prims, inplace=False)
         outs.append(o_c)
     info["seen"], info["n_active"] = state.seen, state.n_active
+    info["merges"], info["evictions"] = state.merges, state.evictions          # made in this segment (it starts at 0)
     return torch.cat(outs, dim=2), state.keys, state.values, state.counts
 
 
