@@ -429,9 +429,9 @@ def mlflow_records(experiment: str, tracking_uri: str = None, filter_string: str
     uri = default_tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not os.path.exists(uri[len("sqlite:///"):]):
         raise FileNotFoundError(f"no tracking store at {uri} (reading never creates one)")
-    from mlflow import MlflowClient
+    from experiments.tracking.runs import tracking_client
 
-    client = MlflowClient(uri)
+    client = tracking_client(uri)
     if client.get_experiment_by_name(experiment) is None:
         known = sorted(e.name for e in client.search_experiments())
         raise ValueError(f"no experiment {experiment!r} in {uri}; known: {known}")

@@ -417,11 +417,12 @@ def _pid_alive(pid: Optional[str]) -> bool:
 
 
 def _run_exists(uri: str, run_id: str) -> bool:
-    from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    from experiments.tracking.runs import tracking_client
+
     try:
-        MlflowClient(uri).get_run(run_id)
+        tracking_client(uri).get_run(run_id)
     except MlflowException:
         return False
     return True

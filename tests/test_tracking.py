@@ -263,3 +263,31 @@ def test_nothing_written_to_the_repo(store):
     assert not os.path.exists(os.path.join(store["root"], "mlruns"))
     assert os.getcwd() == str(store["root"])
     assert repo not in store["uri"]
+
+
+def _open_store_after(barrier, uri, errors):
+    barrier.wait()                                       # every process opens the new store at once
+    try:
+        tracking.runs.tracking_client(uri).search_experiments()
+    except Exception as exc:                             # noqa: BLE001 - reported to the parent
+        errors.put(f"{type(exc).__name__}: {exc}"[:200])
+
+
+def test_processes_creating_one_sqlite_store_together_all_succeed(tmp_path):
+    """Two sweeps started together used to race on creating the store's tables ("table ... already
+    exists"); the store is now opened under a file lock. Three processes, released by one barrier."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier, errors = ctx.Barrier(3), ctx.Queue()
+    uri = f"sqlite:///{tmp_path / 'new.db'}"
+    procs = [ctx.Process(target=_open_store_after, args=(barrier, uri, errors)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert not found, found

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from experiments.tracking.params import default_tracking_uri
-from experiments.tracking.runs import _client
+from experiments.tracking.runs import tracking_client
 
 
 def runs_table(experiment: str, tracking_uri: Optional[str] = None, filter_string: str = "") -> List[Dict[str, Any]]:
@@ -15,7 +15,7 @@ def runs_table(experiment: str, tracking_uri: Optional[str] = None, filter_strin
     final value of each metric: the one at the largest step) and ``tags``. ``filter_string`` is
     MLflow's search syntax (e.g. ``"params.seed = '0'"``). An unknown experiment gives ``[]``.
     """
-    client = _client(default_tracking_uri(tracking_uri))
+    client = tracking_client(default_tracking_uri(tracking_uri))
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []

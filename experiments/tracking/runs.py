@@ -60,10 +60,22 @@ def environment_tags() -> Dict[str, str]:
     return tags
 
 
-def _client(tracking_uri: str):
+def tracking_client(tracking_uri: str):
+    """An :class:`mlflow.MlflowClient` bound to ``tracking_uri``.
+
+    MLflow creates a SQLite store's tables when the first client opens it, and two processes doing so
+    at once (two sweeps started together, parallel trials) race: one fails with "table ... already
+    exists". So a SQLite store is opened under a file lock beside it (``<db>.lock``); other stores as is.
+    """
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri)
+    if not tracking_uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=tracking_uri)
+    from filelock import FileLock
+
+    path = os.path.abspath(tracking_uri[len("sqlite:///"):])
+    with FileLock(path + ".lock", timeout=120):
+        return MlflowClient(tracking_uri=tracking_uri)
 
 
 def _now_ms() -> int:
@@ -124,7 +136,7 @@ class RunTracker:
     def client(self):
         """The :class:`mlflow.MlflowClient` bound to :attr:`tracking_uri`."""
         if self._client_obj is None:
-            self._client_obj = _client(self.tracking_uri)
+            self._client_obj = tracking_client(self.tracking_uri)
         return self._client_obj
 
     @property
