@@ -1,9 +1,13 @@
 """The version of the code that produced a result: part of a run's identity.
 
-``code_version()`` is the git commit, plus ``+dirty.<hash>`` when the code differs from it (a hash of
-``git diff HEAD`` and of the untracked files, restricted to what can change a result: the packages,
-the configs, pyproject.toml and constraints.txt; tests, docs and results do not count). Outside a
-git checkout it is the installed package version.
+``code_version()`` is ``code-<hash>`` of the committed *content* of what can change a result (the git
+blob ids of the packages, the run configs, pyproject.toml and constraints.txt at HEAD; not the
+commit), plus ``+dirty.<hash>`` when the checkout differs from it (a hash of ``git diff HEAD`` and of
+the untracked files over the same paths). Tests, docs, results and the studies' prose
+(``experiments/studies/``, ``experiments/verdict.yaml``) do not count, so a commit that touches only
+them keeps every finished run and checkpoint valid: a study interrupted before such a commit resumes
+after it instead of starting over. The commit itself is a tag of every run. Outside a git checkout
+it is the installed package version.
 
 It is read once per process and kept: a sweep imports its code when it starts, so a checkout that
 changes while the sweep runs must not relabel the later runs with code they do not run.
@@ -18,6 +22,8 @@ from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CODE_PATHS = ("ovq_cl", "streams", "strategies", "experiments", "pyproject.toml", "constraints.txt")
+PROSE_PATHS = ("experiments/studies/", "experiments/verdict.yaml")     # under CODE_PATHS, yet not code
+_PATHSPEC = (*CODE_PATHS, *(f":(exclude){p.rstrip('/')}" for p in PROSE_PATHS))
 
 
 def _git(*args: str) -> Optional[bytes]:
@@ -41,20 +47,22 @@ def code_version() -> str:
 
 
 def _read_version() -> str:
-    commit = (_git("rev-parse", "HEAD") or b"").decode().strip()
-    if not commit:
+    tree = _git("ls-tree", "-r", "HEAD", "--", *CODE_PATHS)         # ls-tree knows no exclude pathspec
+    if tree is None:
         try:
             return f"package-{metadata.version('ovq-cl')}"
         except metadata.PackageNotFoundError:
             return "unknown"
-    diff = _git("diff", "HEAD", "--", *CODE_PATHS) or b""
+    lines = [ln for ln in tree.splitlines() if not ln.split(b"\t", 1)[-1].decode().startswith(PROSE_PATHS)]
+    content = hashlib.sha1(b"\n".join(lines)).hexdigest()   # mode, blob id and path of every code file
+    diff = _git("diff", "HEAD", "--", *_PATHSPEC) or b""
     digest = hashlib.sha1(diff)
-    untracked = (_git("ls-files", "--others", "--exclude-standard", "--", *CODE_PATHS) or b"").decode().split()
+    untracked = (_git("ls-files", "--others", "--exclude-standard", "--", *_PATHSPEC) or b"").decode().split()
     for path in sorted(untracked):
         digest.update(path.encode())
         digest.update(_file_bytes(os.path.join(ROOT, path)))
     dirty = bool(diff.strip()) or bool(untracked)
-    return commit[:12] + (f"+dirty.{digest.hexdigest()[:8]}" if dirty else "")
+    return f"code-{content[:12]}" + (f"+dirty.{digest.hexdigest()[:8]}" if dirty else "")
 
 
 def _file_bytes(path: str) -> bytes:

@@ -235,3 +235,45 @@ def test_the_code_version_is_read_once_per_process(monkeypatch):
     versions = iter(["first", "second"])
     monkeypatch.setattr(cv, "_read_version", lambda: next(versions))
     assert cv.code_version() == "first" and cv.code_version() == "first"
+
+
+def test_the_code_version_follows_the_code_not_the_commit(tmp_path, monkeypatch):
+    """A commit of docs, tests or a study's prose keeps the version (finished runs stay finished, a
+    study resumes); a commit of code changes it; uncommitted code changes add a dirty hash."""
+    from experiments import code_version as cv
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+    def write(path, text):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+
+    def commit_all():
+        git("add", "-A")
+        git("commit", "-q", "-m", "x")
+
+    monkeypatch.setattr(cv, "ROOT", str(tmp_path))
+    git("init", "-q")
+    write("ovq_cl/op.py", "A = 1\n")
+    write("experiments/studies/s.yaml", "findings: ''\n")
+    write("docs/d.md", "old\n")
+    commit_all()
+    first = cv._read_version()
+    assert first.startswith("code-") and "+dirty" not in first
+    write("docs/d.md", "new\n")
+    write("experiments/studies/s.yaml", "findings: 'OVQ forgets less'\n")
+    write("experiments/verdict.yaml", "prose\n")
+    commit_all()
+    assert cv._read_version() == first                                  # prose commits: same code
+    write("experiments/studies/s.yaml", "findings: 'edited, not committed'\n")
+    assert cv._read_version() == first                                  # uncommitted prose: not dirty
+    write("ovq_cl/op.py", "A = 2\n")
+    dirty = cv._read_version()
+    assert dirty.startswith(first + "+dirty.")
+    commit_all()
+    assert "+dirty" not in cv._read_version() and cv._read_version() != first
+    write("ovq_cl/new.py", "B = 1\n")                                   # an untracked code file is code
+    assert "+dirty." in cv._read_version()
