@@ -154,6 +154,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     started = time.perf_counter()
     seed_everything(cfg.seed)
     bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
+    check_lanes(cfg, bench)
     if bench.info.vocab_size is not None:
         cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
     version = code_version()
@@ -198,6 +199,17 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
 
 
 # ------------------------------------------------------------------------------------ the phases
+
+
+def check_lanes(cfg: RunConfig, bench) -> None:
+    """Every training experience must fill the ``strategy.train_mb_size`` lanes at least once: said here,
+    before meta-training, not by the strategy after it (one line, nothing computed)."""
+    lanes = cfg.strategy.train_mb_size
+    for j, exp in enumerate(bench.train_stream):
+        if len(exp.dataset) < lanes:
+            raise ValueError(f"stream: experience {j} has {len(exp.dataset)} training episodes, fewer than "
+                             f"strategy.train_mb_size={lanes} lanes (raise stream.options.train_episodes or lower "
+                             "strategy.train_mb_size)")
 
 
 def seed_everything(seed: int) -> None:

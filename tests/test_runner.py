@@ -171,6 +171,19 @@ def test_config_errors_are_clear(tmp_path):
         run_config(None, ["memory.policy=forever"])
 
 
+def test_too_few_episodes_for_the_lanes_is_said_before_meta_training(in_tmp, monkeypatch):
+    """It used to surface from the strategy after meta-training had run (minutes lost)."""
+    import experiments.runner as runner
+
+    def no_meta_training(*args, **kwargs):
+        raise AssertionError("meta-training started")
+
+    monkeypatch.setattr(runner, "_start", no_meta_training)
+    cfg = run_config({**TINY, "strategy": {**TINY["strategy"], "train_mb_size": 16}})
+    with pytest.raises(ValueError, match=r"experience 0 has 8 training episodes, fewer than strategy.train_mb_size=16"):
+        run(cfg)
+
+
 
 SHRINK = {  # shipped configs at tiny sizes, so that every one of them runs end to end in the tests
     "icr": ["stream.options.train_episodes=8", "stream.options.test_episodes=2", "stream.options.n_experiences=2"],
