@@ -80,6 +80,23 @@ class CheckpointSection:
     share_meta: bool = True                # reuse the meta-trained weights of any run with the same meta-training
 
 
+AFTER_META_MODEL_KEYS = ("mixers",)
+
+
+@dataclass
+class AfterMetaSection:
+    """What changes once meta-training is over, its weights kept.
+
+    ``model``: options merged into ``model`` for everything after meta-training (the learned gate, the
+    delay curve, the stream), e.g. ``after_meta.model.mixers.ovq.growth=novelty``. Only mixer options
+    (``mixers.<mixer in layers>.<option>``) that leave every parameter's name and shape as they are:
+    rules of how the memory evolves, not what is learned (checked before meta-training). Meta-training,
+    and the meta-trained weights runs share (``checkpoint.share_meta``), are those of ``model`` alone,
+    so runs that differ only here compare memory rules on the same weights.
+    """
+    model: Dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class RunConfig:
     seed: int = 0
@@ -91,6 +108,7 @@ class RunConfig:
     gate: GateSection = field(default_factory=GateSection)
     tracking: TrackingSection = field(default_factory=TrackingSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    after_meta: AfterMetaSection = field(default_factory=AfterMetaSection)
     output_dir: str = "outputs"
     progress: bool = False
     plugins: List[str] = field(default_factory=list)   # modules that register user mixers, streams, ... (imported first)
@@ -150,7 +168,32 @@ class RunConfig:
             raise ValueError("run config: precision=fp16 needs a CUDA device (use bf16 on the CPU)")
         if self.checkpoint.dir is None:
             self.checkpoint.dir = os.path.join(self.output_dir, "checkpoints")
+        self.stream_model()                    # after_meta.model: validated before anything runs
         return self
+
+    def stream_model(self) -> ModelConfig:
+        """The model config of everything after meta-training: ``model`` with ``after_meta.model``
+        merged in, resolved (``model`` itself when there is nothing to merge). ValueError naming the key."""
+        extra = self.after_meta.model
+        if not extra:
+            return self.model
+        what = "run config: after_meta.model"
+        for key in extra:
+            if key not in AFTER_META_MODEL_KEYS:
+                raise ValueError(f"{what}.{key}: only {', '.join(AFTER_META_MODEL_KEYS)} can change after "
+                                 "meta-training (the mixers' options; the architecture is the meta-trained one)")
+        used = set(self.model.layers)
+        for name, options in (extra.get("mixers") or {}).items():
+            if name not in used:
+                raise ValueError(f"{what}.mixers.{name}: {name!r} is not in model.layers {list(self.model.layers)}, "
+                                 "so its options would change nothing")
+            if not hasattr(options, "keys"):
+                raise ValueError(f"{what}.mixers.{name} must be a mapping of options, got {options!r}")
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(self.model), OmegaConf.create(dict(extra)))
+            return OmegaConf.to_object(merged).resolved()
+        except (OmegaConfBaseException, ValueError) as err:
+            raise ValueError(f"{what}: {str(err).splitlines()[0]}") from err
 
     def resolved_delay_gate(self) -> bool:
         """Whether recall at one experience's delay is a gate (``gate.delay: experience``). Not by default:
@@ -202,6 +245,8 @@ class RunConfig:
             d.pop("plugins", None)          # configs without plugins keep the identity they always had
         for key in ("tracking", "checkpoint", "output_dir", "progress", "device"):
             d.pop(key, None)
+        if not d.get("after_meta", {}).get("model"):
+            d.pop("after_meta", None)                     # configs without it keep the identity they always had
         if d.get("precision") == "fp32":
             d.pop("precision")                            # the default keeps the identity it always had
         if self.resolved_device() != "cpu":

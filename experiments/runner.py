@@ -13,6 +13,7 @@ the same scored against the facts in force. ``seed`` seeds the data too unless
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -30,10 +31,10 @@ from experiments.artifacts import forgetting_plot, matrix_csv
 from experiments.config import RunConfig, with_data_seed
 from experiments import meta_cache
 from ovq_cl import DecoderLM, RegressionLM
-from ovq_cl.config import model_config
+from ovq_cl.config import ModelConfig, model_config
 from strategies import forgetting
 from experiments.code_version import code_version
-from strategies.checkpoint import load_latest, save_checkpoint, set_rng_state
+from strategies.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from strategies.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
 from strategies.gate import measure_gate, stream_gate
 from strategies.meta import meta_train
@@ -157,6 +158,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     check_lanes(cfg, bench)
     if bench.info.vocab_size is not None:
         cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
+    check_after_meta(cfg, bench.info)
     version = code_version()
     ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}-{_slug(version)}", "last.pt")
     ckpt = None
@@ -168,7 +170,8 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
         return RunResult.from_record(cfg, ckpt["extra"]["result"], ckpt_path)
     tracker = _tracker(cfg, parent_run_id, None if ckpt is None else ckpt["extra"].get("run_id"), version) or _NullTracker()
     with tracker:
-        session = _new_session(cfg, bench, tracker)
+        in_stream = ckpt is not None and "meta" not in ckpt["extra"]     # past meta-training: the stream's model
+        session = _new_session(cfg, bench, tracker, cfg.stream_model() if in_stream else cfg.model)
         if ckpt is None:
             tracker.log_config(cfg)
             _close_orphans(cfg, tracker, announce)
@@ -176,7 +179,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
                      f"checkpoints in {os.path.dirname(ckpt_path) if cfg.checkpoint.enabled else '(none)'}")
         save_meta = _meta_saver(cfg, ckpt_path, session, tracker) if cfg.checkpoint.enabled else None
         if ckpt is None or "meta" in ckpt["extra"]:
-            _start(cfg, session, bench, tracker, save_meta, resume=ckpt)
+            session = _start(cfg, session, bench, tracker, save_meta, resume=ckpt)
         else:
             _resume(session, ckpt, tracker)
             announce(f"ovq-cl: resuming run {tracker.run_id} at experience {session.next_experience} "
@@ -212,24 +215,43 @@ def check_lanes(cfg: RunConfig, bench) -> None:
                              "strategy.train_mb_size)")
 
 
+def check_after_meta(cfg: RunConfig, info) -> None:
+    """``after_meta.model`` may change how the memory evolves, not the weights: the stream's model must
+    have every parameter of the meta-trained one, same names, same shapes (one line, before any compute)."""
+    if not cfg.after_meta.model:
+        return
+    state = rng_state()                 # building models draws initial weights: leave the run's RNG as it was
+    try:
+        before = {k: tuple(v.shape) for k, v in build_model(cfg, info).state_dict().items()}
+        after = {k: tuple(v.shape) for k, v in build_model(cfg, info, cfg.stream_model()).state_dict().items()}
+    finally:
+        set_rng_state(state)
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) != after.get(key):
+            raise ValueError(f"run config: after_meta.model changes the weights ({key}: {before.get(key)} after "
+                             f"meta-training, {after.get(key)} in the stream); only options that keep every "
+                             "parameter can change after meta-training")
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
 
 
-def build_model(cfg: RunConfig, info) -> torch.nn.Module:
-    """A DecoderLM for token streams (vocabulary from the stream), a RegressionLM for continuous ICL."""
-    user = dict(cfg.model.__dict__)
+def build_model(cfg: RunConfig, info, model: Optional[ModelConfig] = None) -> torch.nn.Module:
+    """A DecoderLM for token streams (vocabulary from the stream), a RegressionLM for continuous ICL;
+    ``model``: the model config (default ``cfg.model``, the meta-training one)."""
+    user = dict((model or cfg.model).__dict__)
     if info.vocab_size is not None:
         user["vocab_size"] = info.vocab_size
         return DecoderLM(model_config(user))
     return RegressionLM(model_config(user), d_in=info.d_in, d_out=info.d_out)
 
 
-def _new_session(cfg: RunConfig, bench, tracker) -> Session:
+def _new_session(cfg: RunConfig, bench, tracker, model_cfg: Optional[ModelConfig] = None) -> Session:
     info = bench.info
-    model = build_model(cfg, info)
+    model = build_model(cfg, info, model_cfg)
     results = ResultMatrix(info.metric, info.n_experiences,
                            labels_in_force=info.labels_in_force if info.facts_change else None,
                            context=info.metric_context)
@@ -249,9 +271,10 @@ def _new_session(cfg: RunConfig, bench, tracker) -> Session:
     return Session(model, strategy, optimizer, results)
 
 
-def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, resume=None) -> None:
+def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, resume=None) -> Session:
     """Phase 1: meta-training (fresh state per episode; checkpointed every ``meta_train.checkpoint_every``
-    steps, resumed from ``resume``), then the learned gate on held-out episodes."""
+    steps, resumed from ``resume``), then the model of ``after_meta`` (:func:`_after_meta`), then the
+    learned gate on held-out episodes and the delay curve. Returns the session the stream runs with."""
     metric = bench.info.metric
     meta_progress = None
     if resume is None:
@@ -279,6 +302,7 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
             meta_cache.save_meta(shared, session.model, session.meta_history)
     if session.meta_history:
         tracker.log_metrics({"meta_train/final_loss": session.meta_history[-1]["loss"]}, step=0)
+    session = _after_meta(cfg, session, bench, tracker)
     source = getattr(bench, "meta_train_episodes", None)
     with _autocast(cfg):
         gate = measure_gate(session.model, None if source is None else held_out(source, cfg.gate.episodes), metric,
@@ -290,6 +314,24 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
                         step=0)
     tracker.set_tags({"learned": _gate_tag(gate.learned)})
     session.delay = _delay_curve(cfg, session, bench, tracker)
+    return session
+
+
+def _after_meta(cfg: RunConfig, session: Session, bench, tracker) -> Session:
+    """The meta-trained weights in a session whose model is built with ``after_meta.model`` (the same
+    session when there is none). The RNG is left as meta-training left it, so a run whose override
+    changes nothing computes what the run without it computes (tested)."""
+    if not cfg.after_meta.model:
+        return session
+    state = rng_state()
+    try:
+        new = _new_session(cfg, bench, tracker, cfg.stream_model())
+    finally:
+        set_rng_state(state)
+    new.model.load_state_dict(session.model.state_dict())
+    new.meta_history = session.meta_history
+    tracker.set_tags({"after_meta.model": json.dumps(cfg.after_meta.model, sort_keys=True, default=str)})
+    return new
 
 
 def _stream_delays(cfg: RunConfig, bench) -> Dict[str, int]:

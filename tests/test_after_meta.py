@@ -1,0 +1,99 @@
+"""after_meta.model: memory rules that take effect after meta-training, on the same meta-trained weights."""
+import os
+
+import pytest
+
+from experiments.config import run_config
+from experiments.runner import run
+from strategies.checkpoint import load_checkpoint
+from test_runner import TINY, checkpoint_file, in_tmp, store  # noqa: F401  (in_tmp and store are fixtures)
+
+# the plateau growth's options as the OVQ mixer defaults them: an override that changes nothing
+SAME = {"mixers": {"ovq": {"growth": "plateau", "count_decay": 1.0}}}
+# a rule that changes what the dictionary does with the same weights: counts forget fast
+OTHER = {"mixers": {"ovq": {"count_decay": 0.5}}}
+
+
+def cfg(root, name, after=None, share=True, **extra):
+    """A tiny frozen ICR run; its checkpoints in a folder of its own, the meta cache shared (``share``)."""
+    user = {**TINY, "strategy": {**TINY["strategy"], "name": "frozen"}, "tracking": {"experiment": name},
+            "checkpoint": {"dir": str(root / "ckpt" / name), "share_meta": share}, **extra}
+    if after is not None:
+        user["after_meta"] = {"model": after}
+    return run_config(user)
+
+
+def final_counts(run_cfg):
+    """The OVQ slot counts [B, H, N] carried at the end of the stream (the run's last checkpoint)."""
+    (block,) = load_checkpoint(checkpoint_file(run_cfg))["states"]
+    return block["mixer.counts"]
+
+
+def test_an_override_that_changes_nothing_computes_the_same_run_and_shares_its_meta_training(in_tmp):
+    root, _ = in_tmp
+    plain = run(cfg(root, "am_plain"))
+    same = run(cfg(root, "am_same", SAME, share=False))
+    assert cfg(root, "x", SAME).identity() != cfg(root, "x").identity()          # a run of its own
+    assert same.R == plain.R and same.gate == plain.gate and same.meta_history == plain.meta_history
+    assert final_counts(cfg(root, "am_same", SAME)).equal(final_counts(cfg(root, "am_plain")))
+    assert cfg(root, "x", {}).identity() == cfg(root, "x").identity()             # nothing to merge: the old identity
+
+
+def test_a_rule_after_meta_training_keeps_the_meta_training_and_changes_the_stream(in_tmp):
+    root, uri = in_tmp
+    meta = root / "ckpt" / "meta_shared"
+    plain = run(cfg(root, "am_plain2", checkpoint={"dir": str(meta)}))
+    other = run(cfg(root, "am_other", OTHER, checkpoint={"dir": str(meta)}))   # loads plain's meta-training
+    assert len(os.listdir(meta / "meta")) == 1
+    alone = run(cfg(root, "am_other_alone", OTHER, share=False))               # meta-trains itself
+    assert other.meta_history == plain.meta_history == alone.meta_history       # meta-training is model's alone
+    assert other.R == alone.R and other.gate == alone.gate
+    # the rule acts in the stream: counts discounted by 0.5 a chunk stay below 1 / (1 - 0.5) chunks' keys
+    counts, plain_counts = final_counts(cfg(root, "am_other_alone", OTHER)), final_counts(cfg(root, "am_plain"))
+    chunk = TINY["model"]["mixers"]["ovq"]["chunk_size"]
+    assert counts.max() <= 2 * chunk < plain_counts.max()
+    rule_in_meta = run(cfg(root, "am_rule_in_meta", model={**TINY["model"], "mixers": {"ovq": {
+        **TINY["model"]["mixers"]["ovq"], "count_decay": 0.5}}}))
+    assert rule_in_meta.meta_history != other.meta_history                      # which the model option is not
+
+    from experiments.tracking import runs_table
+    (row,) = runs_table("am_other", uri)
+    assert row["params"]["after_meta.model.mixers.ovq.count_decay"] == "0.5"
+    assert row["tags"]["after_meta.model"] == '{"mixers": {"ovq": {"count_decay": 0.5}}}'
+
+
+def test_a_run_resumed_in_the_stream_resumes_with_the_stream_model(in_tmp):
+    root, _ = in_tmp
+    straight = run(cfg(root, "am_straight", OTHER, share=False))
+    resumed_cfg = cfg(root, "am_resumed", OTHER, share=False)
+    with pytest.raises(KeyboardInterrupt):
+        run(resumed_cfg, stop_after=0)
+    resumed = run(resumed_cfg)
+    assert resumed.R == straight.R and resumed.gate == straight.gate
+
+
+@pytest.mark.parametrize("after, message", [
+    ({"d_model": 16}, "after_meta.model.d_model: only mixers can change after meta-training"),
+    ({"mixers": {"delta": {"chunk_size": 4}}}, "'delta' is not in model.layers"),
+    ({"mixers": {"ovq": {"growth": "sometimes"}}}, "growth"),
+    ({"mixers": {"ovq": {"no_such_option": 1}}}, "no_such_option"),
+])
+def test_bad_after_meta_options_are_one_line_before_anything_runs(tmp_path, after, message):
+    with pytest.raises(ValueError, match=message) as err:
+        cfg(tmp_path, "bad", after)
+    assert "\n" not in str(err.value)
+
+
+def final_counts(run_cfg):
+    """The OVQ slot counts [B, H, N] carried at the end of the stream (the run's last checkpoint)."""
+    (block,) = load_checkpoint(checkpoint_file(run_cfg))["states"]
+    return block["mixer.counts"]
+
+
+def test_an_override_that_changes_the_weights_is_refused_before_meta_training(tmp_path, monkeypatch):
+    import experiments.runner as runner
+
+    monkeypatch.setattr(runner, "meta_train", lambda *a, **k: pytest.fail("meta-training started"))
+    bad = cfg(tmp_path, "weights", {"mixers": {"ovq": {"head_dim": 8}}}, tracking={"enabled": False})
+    with pytest.raises(ValueError, match=r"changes the weights \(blocks.0.mixer.k_proj.weight: \(32, 32\) after meta-training, \(16, 32\) in the stream"):
+        run(bad)
