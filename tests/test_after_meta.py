@@ -29,7 +29,7 @@ def final_counts(run_cfg):
     return block["mixer.counts"]
 
 
-def test_an_override_that_changes_nothing_computes_the_same_run_and_shares_its_meta_training(in_tmp):
+def test_an_override_that_changes_nothing_computes_the_same_run(in_tmp):
     root, _ = in_tmp
     plain = run(cfg(root, "am_plain"))
     same = run(cfg(root, "am_same", SAME, share=False))
@@ -52,9 +52,7 @@ def test_a_rule_after_meta_training_keeps_the_meta_training_and_changes_the_stre
     counts, plain_counts = final_counts(cfg(root, "am_other_alone", OTHER)), final_counts(cfg(root, "am_plain"))
     chunk = TINY["model"]["mixers"]["ovq"]["chunk_size"]
     assert counts.max() <= 2 * chunk < plain_counts.max()
-    rule_in_meta = run(cfg(root, "am_rule_in_meta", model={**TINY["model"], "mixers": {"ovq": {
-        **TINY["model"]["mixers"]["ovq"], "count_decay": 0.5}}}))
-    assert rule_in_meta.meta_history != other.meta_history                      # which the model option is not
+
 
     from experiments.tracking import runs_table
     (row,) = runs_table("am_other", uri)
