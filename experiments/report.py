@@ -21,7 +21,8 @@ import shlex
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from collections import Counter
+from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
@@ -132,6 +133,15 @@ def _validate_every_config(argv: List[str]) -> None:
     parser = build_parser()
     args = parse_args(parser, ["sweep", *argv])
     expand(args.config, args.overrides, parse_grid(args.grid), plugins=args.plugin)
+
+
+def code_versions_line(raw: List[Dict[str, Any]]) -> str:
+    """Which code ran a section's runs (``experiments.code_version``), most runs first: runs of
+    different code in one table are said, never hidden."""
+    counts = Counter(d.get("code_version") or "not recorded" for d in raw)
+    listed = ", ".join(f"`{v}` ({n})" if v != "not recorded" else f"not recorded ({n}: runs from before "
+                       "results carried their code version)" for v, n in counts.most_common())
+    return f"Code versions of these runs: {listed}."
 
 
 def run_study(name: str, smoke: Optional[str] = None) -> int:
@@ -380,6 +390,7 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                   f"({min(walls):.0f}-{max(walls):.0f} s), {sum(walls) / 3600:.1f} h in all, on this project's "
                   "2-core CPU machine (a run shares its meta-training with runs that meta-train the same: "
                   "those take less).", ""]
+    parts += [code_versions_line(raw), ""]
     parts += [compare.summary_table(records), ""]
     delays = compare.delay_table(records)
     if delays:

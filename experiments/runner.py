@@ -76,6 +76,7 @@ class RunResult:
     state_bytes_per_lane: List[float] = field(default_factory=list)
     wall_seconds: float = math.nan
     artifact_uri: Optional[str] = None
+    code_version: Optional[str] = None     # experiments.code_version of the code that ran it (None: not recorded)
 
     @classmethod
     def from_record(cls, cfg: RunConfig, d: Dict[str, Any], checkpoint: Optional[str] = None) -> "RunResult":
@@ -85,7 +86,8 @@ class RunResult:
                    current=d.get("current"), summary_current=d.get("summary_current", {}), gate=d.get("gate", {}),
                    stream_gate=d.get("stream_gate", {}), delay=d.get("delay", {}), parameters=d.get("parameters", 0),
                    state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
-                   wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"))
+                   wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"),
+                   code_version=d.get("code_version"))
 
     @property
     def learned(self) -> Optional[bool]:
@@ -106,7 +108,7 @@ class RunResult:
             "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
             "state_bytes": self.state_bytes,
             "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,
-            "wall_seconds": self.wall_seconds, "artifact_uri": self.artifact_uri,
+            "wall_seconds": self.wall_seconds, "artifact_uri": self.artifact_uri, "code_version": self.code_version,
         }
 
 
@@ -195,7 +197,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
                 _save(ckpt_path, session, tracker)
             if stop_after is not None and stop_after <= j < bench.info.n_experiences - 1:
                 raise KeyboardInterrupt(f"stopped after experience {j} (stop_after)")
-        result = _finish(cfg, session, bench, tracker, ckpt_path, time.perf_counter() - started)
+        result = _finish(cfg, session, bench, tracker, ckpt_path, time.perf_counter() - started, version)
         if cfg.checkpoint.enabled:                    # a finished run is reused by an identical one
             _save(ckpt_path, session, tracker, extra={"result": result.record()})
         return result
@@ -519,7 +521,8 @@ def _experience_metrics(session: Session, j: int, metric: str) -> Dict[str, floa
     return row
 
 
-def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wall_seconds: float) -> RunResult:
+def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wall_seconds: float,
+            version: Optional[str] = None) -> RunResult:
     """The summaries, the stream gate, the result's artifacts (CSV, JSON, plot)."""
     metric, results = bench.info.metric, session.results
     higher = higher_is_better(metric)
@@ -549,6 +552,7 @@ def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wa
         stream_gate=s_gate, delay=session.delay, parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
+        code_version=version,
     )
     record = result.record()
     record["forgetting_curve"] = forgetting.forgetting_curve(results.R, session.tokens_after)

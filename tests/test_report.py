@@ -21,7 +21,7 @@ def _run(layers, seed, R, learned=True):
 
 @pytest.fixture
 def study(tmp_path, monkeypatch):
-    runs = [_run("ovq", s, [[1.0, 0.0], [0.9 - 0.01 * s, 0.95]]) for s in range(3)]
+    runs = [{**_run("ovq", s, [[1.0, 0.0], [0.9 - 0.01 * s, 0.95]]), "code_version": "code-aaa"} for s in range(3)]
     runs += [_run("vq", s, [[1.0, 0.0], [0.99, 0.97]]) for s in range(3)]
     runs += [_run("linear", s, [[0.05, 0.0], [0.04, 0.05]], learned=False) for s in range(3)]
     (tmp_path / "results").mkdir()
@@ -40,6 +40,7 @@ def test_a_study_section_has_every_table_and_label(study):
     text = report.section(report.load_study("toy"))
     assert text.startswith("## Toy study") and "ovq-cl sweep cfg.yaml" in text and "A finding." in text
     assert "9 runs, wall time per run 30 s" in text
+    assert "Code versions of these runs: not recorded (6: runs from before results carried their code version), `code-aaa` (3)." in text
     linear = [line for line in text.splitlines() if line.startswith("| layers=['linear']")]
     assert linear and "not learned" in linear[0] and "0/3 learned" in linear[0]
     assert "baseline: layers=['ovq']" in text

@@ -78,6 +78,9 @@ def test_a_run_logs_params_metrics_and_artifacts(in_tmp):
     assert saved["R_se"] == result.R_se and all(n == 12 for row in saved["R_n"] for n in row)   # 4 episodes x 3 queries
     assert saved["gate"]["episodes"] == 256 and saved["parameters"] == result.parameters > 0
     assert saved["state_bytes_per_layer_lane"] == [metrics["state_bytes/layer0"]]
+    from experiments.code_version import code_version
+
+    assert saved["code_version"] == result.code_version == code_version() == tags["code_version"]
 
 
 def test_checkpoint_resume_gives_the_same_final_metrics(in_tmp):
