@@ -141,6 +141,7 @@ class RunConfig:
         if self.gate.episodes < 1 or self.gate.batch_size < 1:
             raise ValueError(f"run config: gate.episodes and gate.batch_size must be >= 1, got "
                              f"{self.gate.episodes}, {self.gate.batch_size}")
+        _require(self.seed >= 0, "seed", ">= 0 (it seeds numpy, torch and the stream's data)", self.seed)
         _require(self.strategy.epochs >= 1, "strategy.epochs", ">= 1", self.strategy.epochs)
         _require(self.strategy.lr > 0, "strategy.lr", "> 0", self.strategy.lr)
         _require(self.strategy.grad_clip is None or self.strategy.grad_clip > 0, "strategy.grad_clip",

@@ -124,15 +124,26 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
 
 
 def _validate_every_config(argv: List[str]) -> None:
-    """Builds (validates, runs nothing) every config of a sweep's full grid, read by the CLI's own
-    parser: a smoke run runs only the first value of each axis, and a typo in another value must still
-    fail it."""
+    """Builds (validates, runs nothing) every config of a sweep's grid, read by the CLI's own parser: a
+    smoke run runs only the first value of each axis, and a typo in another value must still fail it.
+
+    Every combination of the axes that are not seeds, at the first value of the seed axes; then every
+    other seed value once, beside the first values of the rest. A seed interacts with no other option
+    (it is checked alone: an int >= 0), so this catches what the full product would, at a fraction of
+    its cost (validating a config takes ~0.3 s, and a five-seed sweep has five times the configs)."""
     from experiments.cli import build_parser, parse_args
+    from experiments.config import SEED_KEYS
     from experiments.sweep import expand, parse_grid
 
     parser = build_parser()
     args = parse_args(parser, ["sweep", *argv])
-    expand(args.config, args.overrides, parse_grid(args.grid), plugins=args.plugin)
+    grid = parse_grid(args.grid)
+    seeds = [k for k in grid if all(part.strip() in SEED_KEYS for part in k.split("&"))]
+    expand(args.config, args.overrides, {k: (v[:1] if k in seeds else v) for k, v in grid.items()}, plugins=args.plugin)
+    for axis in seeds:
+        if len(grid[axis]) > 1:
+            expand(args.config, args.overrides, {k: (v[1:] if k == axis else v[:1]) for k, v in grid.items()},
+                   plugins=args.plugin)
 
 
 def code_versions_line(raw: List[Dict[str, Any]]) -> str:
@@ -142,6 +153,36 @@ def code_versions_line(raw: List[Dict[str, Any]]) -> str:
     listed = ", ".join(f"`{v}` ({n})" if v != "not recorded" else f"not recorded ({n}: runs from before "
                        "results carried their code version)" for v, n in counts.most_common())
     return f"Code versions of these runs: {listed}."
+
+
+def smoke_repeats(spec: StudySpec) -> List[int]:
+    """The indices of the study's sweep commands that a smoke run would run exactly as an earlier one
+    but for their seeds and names (e.g. a budget's seeds split over five commands): their configs are
+    still validated, but one of them is enough to run on tiny sizes."""
+    from experiments.config import SEED_KEYS
+    from experiments.sweep import parse_grid
+
+    seen, repeats = set(), []
+    for i, command in enumerate(spec.commands):
+        argv = shlex.split(command)
+        if argv[:2] != ["ovq-cl", "sweep"]:
+            continue
+        shape, j = [], 2
+        while j < len(argv):
+            if argv[j] in ("--name", "--out"):
+                j += 2
+                continue
+            if argv[j] == "--grid":
+                ((key, _),) = parse_grid([argv[j + 1]]).items()
+                shape.append(("grid", key) if all(k.strip() in SEED_KEYS for k in key.split("&")) else argv[j + 1])
+                j += 2
+                continue
+            shape.append(argv[j])
+            j += 1
+        if tuple(shape) in seen:
+            repeats.append(i)
+        seen.add(tuple(shape))
+    return repeats
 
 
 def run_study(name: str, smoke: Optional[str] = None) -> int:
@@ -154,7 +195,8 @@ def run_study(name: str, smoke: Optional[str] = None) -> int:
 
     spec = load_study(name)
     started = time.perf_counter()
-    for command in spec.commands:
+    repeats = set(smoke_repeats(spec)) if smoke else set()
+    for i, command in enumerate(spec.commands):
         argv = shlex.split(command)
         searched = argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith("experiments.searches.")
         if argv[0] != "ovq-cl" and not searched:
@@ -171,6 +213,9 @@ def run_study(name: str, smoke: Optional[str] = None) -> int:
         else:
             if smoke and argv[1] == "sweep":
                 _validate_every_config(argv[2:])
+            if i in repeats:
+                print("(smoke: validated; runs as an earlier command but for its seeds, not run again)", flush=True)
+                continue
             code = main(smoke_command(argv[1:], spec, smoke) if smoke else argv[1:])
         if code:
             print(f"study {name}: {command!r} exited with {code}")

@@ -209,3 +209,26 @@ def test_partitions_over_several_params_pair_within_each_combination():
     assert abs(row.forgetting.mean_difference - 0.01) < 1e-9
     (row,) = compare.verdict_rows(parts["naive, -"], "ovq")
     assert row.verdict == "OVQ forgets less (3 seeds, fewer than 5)"
+
+
+@pytest.mark.parametrize("grid, bad", [
+    (["--grid", "model.layers=[ovq];[nosuch]", "--grid", "seed=0;1"], "nosuch"),          # a later value of an axis
+    (["--grid", "model.layers=[ovq];[vq]", "--grid", "seed=0;-1"], "seed"),              # a later seed
+    (["--grid", "model.layers=[ovq];[full]", "--grid", "model.mixers.full.window&seed=4&0;x&1"], "window"),  # joint with a seed
+])
+def test_a_smoke_run_still_validates_the_values_it_does_not_run(grid, bad):
+    argv = ["experiments/configs/icr_frozen.yaml", *grid, "--name", "x"]
+    report._validate_every_config(["experiments/configs/icr_frozen.yaml", "--grid", "model.layers=[ovq];[vq]",
+                                   "--grid", "seed=0;1;2", "--name", "x"])            # a good grid passes
+    with pytest.raises(ValueError, match=bad):
+        report._validate_every_config(argv)
+
+
+def test_smoke_runs_once_what_differs_only_by_seeds():
+    spec = report.StudySpec(commands=[
+        "ovq-cl sweep a.yaml x=1 --grid 'model.layers=[ovq];[vq]' --grid 'seed=0;1' --name a0 --out results",
+        "ovq-cl sweep a.yaml x=1 --grid 'model.layers=[ovq];[vq]' --grid 'seed=2;3;4' --name a1 --out results",
+        "ovq-cl sweep a.yaml x=2 --grid 'model.layers=[ovq];[vq]' --grid 'seed=0' --name b --out results",
+        "ovq-cl sweep a.yaml x=1 --grid 'model.layers=[ovq]' --grid 'seed=0' --name c --out results",
+        "ovq-cl report"])
+    assert report.smoke_repeats(spec) == [1]
