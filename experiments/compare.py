@@ -340,12 +340,19 @@ class VerdictRow:
     current: bool                       # scored against the facts in force (streams whose facts change)
     state_bytes: Tuple[float, float]    # baseline, other (mean per layer and lane)
     parameters: Tuple[float, float]
+    learned_by: Tuple[int, int] = (0, 0)   # replicates (of the shared ones) where OVQ, the other passed the gates
 
     @property
     def verdict(self) -> str:
         f = self.forgetting
         if self.n_pairs == 0:
-            return "not comparable: not learned"
+            ovq, other = self.learned_by
+            n = self.n_not_learned
+            if ovq == 0 and other > 0:         # a place OVQ loses, in learning: said, not hidden as "not comparable"
+                return f"not comparable: **OVQ did not learn** (0/{n}), {self.other.split(' ')[0]} did ({other}/{n})"
+            if other == 0 and ovq > 0:
+                return f"not comparable: {self.other.split(' ')[0]} did not learn (0/{n}; OVQ {ovq}/{n})"
+            return "not comparable: neither learned" if n else "not comparable: no shared seeds"
         if self.n_pairs < 2 or math.isnan(f.p_t):
             return "too few pairs"
         few = "" if self.n_pairs >= 5 else f" ({self.n_pairs} seeds, fewer than 5)"
@@ -386,7 +393,9 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
                                forgetting, learning,
                                higher_is_better(metric), current,
                                (_mean_bytes(groups[base_key]), _mean_bytes(groups[key])),
-                               (_mean_parameters(groups[base_key]), _mean_parameters(groups[key]))))
+                               (_mean_parameters(groups[base_key]), _mean_parameters(groups[key])),
+                               learned_by=(sum(b.learned is not False for _, b in pairs),
+                                           sum(a.learned is not False for a, _ in pairs))))
     return rows
 
 

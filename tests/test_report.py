@@ -147,13 +147,22 @@ def test_the_verdict_says_who_forgets_less_from_paired_seeds(study):
     runs += [_forgetting_run("vq", s, 0.02 + noise[s] / 2) for s in range(5)]          # forgets less
     runs += [_forgetting_run("ssm", s, 0.10 + noise[::-1][s]) for s in range(5)]       # the same
     runs += [_forgetting_run("linear", s, 0.0, learned=False) for s in range(5)]
+    runs += [_forgetting_run("swa", s, 0.3, learned=s < 2) for s in range(5)]         # learned on 2 seeds
     records = [compare.record_from_json(d) for d in runs]
     rows = {r.other: r for r in compare.verdict_rows(records, "ovq")}
     assert rows["delta"].verdict == "OVQ forgets less"
     assert abs(rows["delta"].forgetting.mean_difference - 0.5) < 1e-9 and rows["delta"].n_pairs == 5
     assert rows["vq"].verdict == "**OVQ forgets more**"
     assert rows["ssm"].verdict == "no difference detected"
-    assert rows["linear"].verdict == "not comparable: not learned" and rows["linear"].n_not_learned == 5
+    assert rows["linear"].verdict == "not comparable: linear did not learn (0/5; OVQ 5/5)" and rows["linear"].n_not_learned == 5
+    assert rows["swa"].n_pairs == 2 and rows["swa"].verdict == "OVQ forgets less (2 seeds, fewer than 5)"
+    # OVQ itself not learned: that is a place OVQ loses, and the verdict says so
+    flipped = [compare.record_from_json({**d, "learned": not d["learned"]}) for d in runs
+               if d["params"]["model.layers"] in ("['ovq']", "['linear']")]
+    (row,) = compare.verdict_rows(flipped, "ovq")
+    assert row.verdict == "not comparable: **OVQ did not learn** (0/5), linear did (5/5)"
+    both = [compare.record_from_json({**d, "learned": False}) for d in runs if d["params"]["model.layers"] in ("['ovq']", "['linear']")]
+    assert compare.verdict_rows(both, "ovq")[0].verdict == "not comparable: neither learned"
     # the learning cost is paired over every shared seed: OVQ learns 0.95 on average, linear 0.45
     assert abs(rows["linear"].learning.mean_difference - 0.0) < 1e-9
 
@@ -162,7 +171,7 @@ def test_the_verdict_says_who_forgets_less_from_paired_seeds(study):
         "title: 'Toy'\ncommands: [\"ovq-cl sweep cfg.yaml --name v --out results\"]\nresults: [results/verdict.json]\n"
         "baseline: ovq\nverdict: 'toy stream'\n")
     table = report.verdict_table(report.all_studies())
-    assert table.count("| toy stream |") == 4 and "**OVQ forgets more**" in table
+    assert table.count("| toy stream |") == 5 and "**OVQ forgets more**" in table
 
 
 def test_the_verdict_of_a_rebinding_stream_uses_the_facts_in_force():
