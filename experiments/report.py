@@ -123,6 +123,13 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
     return out + extra + ["--quiet"]
 
 
+def _is_seed_axis(key: str) -> bool:
+    """Whether a grid axis (``seed``, or a joint ``a&b`` axis) sets only seeds."""
+    from experiments.config import SEED_KEYS
+
+    return all(part.strip() in SEED_KEYS for part in key.split("&"))
+
+
 def _validate_every_config(argv: List[str]) -> None:
     """Builds (validates, runs nothing) every config of a sweep's grid, read by the CLI's own parser: a
     smoke run runs only the first value of each axis, and a typo in another value must still fail it.
@@ -132,13 +139,12 @@ def _validate_every_config(argv: List[str]) -> None:
     (it is checked alone: an int >= 0), so this catches what the full product would, at a fraction of
     its cost (validating a config takes ~0.3 s, and a five-seed sweep has five times the configs)."""
     from experiments.cli import build_parser, parse_args
-    from experiments.config import SEED_KEYS
     from experiments.sweep import expand, parse_grid
 
     parser = build_parser()
     args = parse_args(parser, ["sweep", *argv])
     grid = parse_grid(args.grid)
-    seeds = [k for k in grid if all(part.strip() in SEED_KEYS for part in k.split("&"))]
+    seeds = [k for k in grid if _is_seed_axis(k)]
     expand(args.config, args.overrides, {k: (v[:1] if k in seeds else v) for k, v in grid.items()}, plugins=args.plugin)
     for axis in seeds:
         if len(grid[axis]) > 1:
@@ -159,7 +165,6 @@ def smoke_repeats(spec: StudySpec) -> List[int]:
     """The indices of the study's sweep commands that a smoke run would run exactly as an earlier one
     but for their seeds and names (e.g. a budget's seeds split over five commands): their configs are
     still validated, but one of them is enough to run on tiny sizes."""
-    from experiments.config import SEED_KEYS
     from experiments.sweep import parse_grid
 
     seen, repeats = set(), []
@@ -174,7 +179,7 @@ def smoke_repeats(spec: StudySpec) -> List[int]:
                 continue
             if argv[j] == "--grid":
                 ((key, _),) = parse_grid([argv[j + 1]]).items()
-                shape.append(("grid", key) if all(k.strip() in SEED_KEYS for k in key.split("&")) else argv[j + 1])
+                shape.append(("grid", key) if _is_seed_axis(key) else argv[j + 1])
                 j += 2
                 continue
             shape.append(argv[j])

@@ -224,8 +224,9 @@ def check_after_meta(cfg: RunConfig, info) -> None:
         return
     state = rng_state()                 # building models draws initial weights: leave the run's RNG as it was
     try:
-        before = {k: tuple(v.shape) for k, v in build_model(cfg, info).state_dict().items()}
-        after = {k: tuple(v.shape) for k, v in build_model(cfg, info, cfg.stream_model()).state_dict().items()}
+        with torch.device("meta"):      # shapes only: no memory, no initialisation work
+            before = {k: tuple(v.shape) for k, v in build_model(cfg, info).state_dict().items()}
+            after = {k: tuple(v.shape) for k, v in build_model(cfg, info, cfg.stream_model()).state_dict().items()}
     finally:
         set_rng_state(state)
     for key in sorted(set(before) | set(after)):
