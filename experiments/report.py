@@ -231,13 +231,22 @@ def run_study(name: str, smoke: Optional[str] = None) -> int:
 
 
 def _raw(spec: StudySpec, root: Optional[str] = None) -> List[dict]:
-    """The study's run records (JSON dicts under ``root``, default the project), filtered by ``select``."""
-    raw = []
+    """The study's run records (JSON dicts under ``root``, default the project), filtered by ``select``.
+
+    A run listed by two sweeps (a later sweep that reused a finished run of the same identity, e.g. one
+    that fills in the runs an interrupted sweep did not reach) counts once: the first record of each
+    ``config_id`` is kept, so no seed is paired or averaged twice."""
+    raw, seen = [], set()
     for rel in spec.results:
         path = os.path.join(root or PROJECT_DIR, rel)
         if os.path.exists(path):
             with open(path) as fh:
-                raw += json.load(fh)
+                for d in json.load(fh):
+                    key = d.get("config_id") or d.get("run_id")
+                    if key is not None and key in seen:
+                        continue
+                    seen.add(key)
+                    raw.append(d)
     return [d for d in raw if all(d["params"].get(k) in allowed for k, allowed in spec.select.items())]
 
 

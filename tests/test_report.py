@@ -241,3 +241,16 @@ def test_smoke_runs_once_what_differs_only_by_seeds():
         "ovq-cl sweep a.yaml x=1 --grid 'model.layers=[ovq]' --grid 'seed=0' --name c --out results",
         "ovq-cl report"])
     assert report.smoke_repeats(spec) == [1]
+
+
+def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
+    # a sweep that fills in what an interrupted one did not reach lists the runs it reused again
+    first = [{**_run("ovq", s, [[1.0, 0.0], [0.9, 0.95]]), "config_id": f"id{s}"} for s in range(2)]
+    rest = first[1:] + [{**_run("ovq", 2, [[1.0, 0.0], [0.8, 0.95]]), "config_id": "id2"}]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.json").write_text(json.dumps(first))
+    (tmp_path / "results" / "a_rest.json").write_text(json.dumps(rest))
+    monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    spec = report.StudySpec(results=["results/a.json", "results/a_rest.json"])
+    raw = report._raw(spec)
+    assert [d["config_id"] for d in raw] == ["id0", "id1", "id2"]
