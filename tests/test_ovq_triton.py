@@ -214,8 +214,8 @@ OP_CASES = [
 ]
 
 
-def run_op(backend, q, k, v, beta, params, initial_state=None):
-    o, state = ovq_attention(q, k, v, beta, params, initial_state=initial_state, backend=backend)
+def run_op(backend, q, k, v, beta, params, initial_state=None, static=False):
+    o, state = ovq_attention(q, k, v, beta, params, initial_state=initial_state, backend=backend, static=static)
     weights = torch.randn(o.shape, generator=torch.Generator().manual_seed(3), dtype=o.dtype).to(o.device)
     loss = (o * weights).sum()
     if params.state_grad == "full":                                    # gradients through the final state too
@@ -249,6 +249,27 @@ def test_op_triton_matches_reference(case):
         assert a.shape == b.shape, name
         if b.numel():
             assert rel_err(a, b) < 1e-4, name
+
+
+@needs_triton
+@pytest.mark.parametrize("case", [OP_CASES[0], OP_CASES[1], OP_CASES[4]], ids=["plateau", "linear-random", "novelty-merge"])
+def test_op_triton_static_shapes_match_the_oracle(case):
+    """The static chunk loop on the kernels: the read over all N slots (empty ones at log count -inf),
+    the masked similarity in PyTorch, the kernels' k-means step."""
+    T, L, D, Dv, params = case
+    g = torch.Generator().manual_seed(T + 1)
+    q, k = (torch.randn(2, T, 3, D, generator=g, dtype=torch.float32) for _ in range(2))
+    v = torch.randn(2, T, 3, Dv, generator=g, dtype=torch.float32)
+    q, k, v = (t.to(DEVICE).requires_grad_() for t in (q, k, v))
+    beta = torch.tensor([3.0, 6.0, 9.0], dtype=torch.float32, device=DEVICE, requires_grad=True)
+    o_ref, s_ref, g_ref = run_op("naive", q, k, v, beta, params)
+    o, s, grads = run_op("triton", q, k, v, beta, params, static=True)
+    assert (s.n_active, s.seen, s.merges, s.evictions) == (s_ref.n_active, s_ref.seen, s_ref.merges, s_ref.evictions)
+    assert rel_err(o, o_ref) < 1e-4
+    for name, a, b in zip("q k v beta".split(), grads, g_ref):
+        assert rel_err(a, b) < 1e-4, name
+    for name in ("keys", "values", "counts"):
+        assert rel_err(getattr(s, name), getattr(s_ref, name)) < 1e-4, name
 
 
 @needs_triton

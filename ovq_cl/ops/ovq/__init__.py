@@ -68,10 +68,18 @@ def _triton_usable(q: torch.Tensor) -> Tuple[Optional[OVQPrimitives], str]:
 def ovq_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, params: OVQParams,
     initial_state: Optional[OVQState] = None, output_final_state: bool = True, backend: str = "auto",
+    static: bool = False,
 ) -> Tuple[torch.Tensor, Optional[OVQState]]:
-    """q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; beta: [H]. Returns o [B, T, H, Dv] and the final state."""
+    """q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; beta: [H]. Returns o [B, T, H, Dv] and the final state.
+
+    ``static``: the chunk loop with the same shapes in every chunk (the whole dictionary, inactive
+    slots masked; :func:`~ovq_cl.ops.ovq.chunk.ovq_chunk_loop`), same result; for the chunked
+    backends (auto, chunk, triton) only."""
     if backend not in BACKENDS:
         raise ValueError(f"ovq_attention: backend must be one of {BACKENDS}, got {backend!r}")
+    if static and backend in ("naive", "recurrent"):
+        raise ValueError(f"ovq_attention: static shapes are a form of the chunk loop; backend {backend!r} has none "
+                         "(use 'chunk', 'triton' or 'auto')")
     if backend == "recurrent":
         return ovq_attention_recurrent(q, k, v, beta, params, initial_state, output_final_state)
     if backend == "naive":
@@ -83,7 +91,7 @@ def ovq_attention(
             raise ValueError(f"ovq_attention: backend 'triton' is not available: {why}")
     elif backend == "auto" and q.is_cuda:
         prims = triton_primitives() or REFERENCE
-    return ovq_chunk_loop(q, k, v, beta, params, initial_state, output_final_state, prims)
+    return ovq_chunk_loop(q, k, v, beta, params, initial_state, output_final_state, prims, static=static)
 
 
 __all__ = [

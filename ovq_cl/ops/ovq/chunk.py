@@ -246,6 +246,13 @@ def _least_similar(s: torch.Tensor, m: int) -> torch.Tensor:
     return torch.sort(s, dim=-1, stable=True).indices[..., :m]
 
 
+def new_slots(seen: int, n_active: int, n_local: int, params: OVQParams) -> int:
+    """Slots the schedule opens when a chunk of ``n_local`` keys is absorbed after ``seen`` tokens with
+    ``n_active`` slots: ``clamp(target(seen + n_local) - n_active, 0, n_local)``. A function of token
+    counts only (never of the data), so the whole loop's shapes are known before it starts."""
+    return max(min(growth_target(seen + n_local, params) - n_active, n_local), 0)
+
+
 def _absorb(
     state: OVQState, k: torch.Tensor, v: torch.Tensor, params: OVQParams, prims: OVQPrimitives, inplace: bool,
 ) -> OVQState:
@@ -260,7 +267,7 @@ def _absorb(
         return absorb_chunk_plastic(state, k, v, params, prims.merge)
     n_slots, n_local = params.num_slots, k.shape[2]
     n_active = state.n_active
-    n_new = max(min(growth_target(state.seen + n_local, params) - n_active, n_local), 0)
+    n_new = new_slots(state.seen, n_active, n_local, params)
     keys, values, counts = state.keys, state.values, state.counts
     kd = k.detach()
     if n_active > 0:
@@ -302,6 +309,77 @@ def absorb_chunk(state: OVQState, k: torch.Tensor, v: torch.Tensor, params: OVQP
     k: [B, H, Lc, Dk] normalised keys; v: [B, H, Lc, Dv]. The state's tensors are not modified.
     """
     return _absorb(state, k, v, params, REFERENCE, inplace=False)
+
+
+def _absorb_static(
+    state: OVQState, k: torch.Tensor, v: torch.Tensor, params: OVQParams, prims: OVQPrimitives, inplace: bool,
+) -> OVQState:
+    """:func:`_absorb` with the same shapes in every chunk: the result of the dynamic update, computed
+    over the whole dictionary [B, H, N, *] with the inactive slots masked, never over a slice of it.
+
+    The chunk's n_active and n_new (host ints of the schedule) enter only as cached 0-d device tensors,
+    so every chunk runs the same kernels on the same shapes (what a captured CUDA graph needs):
+
+    - similarity to every slot, inactive ones -inf (so max and first argmax are the dynamic ones);
+    - the new slots' keys in rank order (``order``: least similar first for "spread", the seeded
+      permutation for "random"); slot n_active + r takes the key of rank r < n_new, written with a
+      ``where`` over the N rows (O(N d) per chunk, the read is O(L N d));
+    - the assignment to the new slots: scores against the L keys in rank order, ranks >= n_new -inf.
+
+    With a plasticity rule on, :func:`~ovq_cl.ops.ovq.plasticity.absorb_chunk_plastic` as in the
+    dynamic path (it already works on the whole dictionary, but reads its per-lane used-slot count
+    and the maintenance flag back to the host once per chunk).
+    """
+    if params.plastic:
+        return absorb_chunk_plastic(state, k, v, params, prims.merge)
+    n_slots, n_local = params.num_slots, k.shape[2]
+    n_new = new_slots(state.seen, state.n_active, n_local, params)
+    dev = k.device
+    n_active_t, n_new_t = _scalar(state.n_active, dev), _scalar(n_new, dev)
+    keys, values, counts = state.keys, state.values, state.counts
+    kd = k.detach()
+    slots = _arange(n_slots, dev)                                       # [N]
+    active = slots < n_active_t                                         # [N] bool
+    s = (kd @ keys.detach().transpose(-1, -2)).masked_fill_(~active, float("-inf"))
+    best, slot = first_argmax(s)
+    slot = torch.where(torch.isinf(best), torch.zeros_like(slot), slot)  # no active slot: 0, as the dynamic path
+    if params.init == "spread":
+        order = torch.sort(best, dim=-1, stable=True).indices           # all -inf: positions in order
+    else:
+        order = random_init_select(k, n_local, params.init_seed, state.seen)
+    ranks = _arange(n_local, dev)                                       # [L]
+    opens = ranks < n_new_t                                             # [L] by rank
+    # the new rows: slot j in [n_active, n_active + n_new) takes the key of rank j - n_active
+    is_new = active.logical_not() & (slots < n_active_t + n_new_t)      # [N]
+    src = order.index_select(-1, (slots - n_active_t).clamp(0, n_local - 1))     # [B, H, N] chunk positions
+    new_k = k.gather(2, src.unsqueeze(-1).expand(-1, -1, -1, k.shape[-1]))
+    new_v = v.gather(2, src.unsqueeze(-1).expand(-1, -1, -1, v.shape[-1]))
+    keys = torch.where(is_new.unsqueeze(-1), new_k, keys)
+    values = torch.where(is_new.unsqueeze(-1), new_v, values)
+    counts = torch.where(is_new, torch.ones_like(counts), counts)
+    # every other key: a new slot wins when strictly closer (first index on ties, as [old | new])
+    by_rank = kd.gather(2, order.unsqueeze(-1).expand(-1, -1, -1, kd.shape[-1]))
+    best_new, arg_new = (kd @ by_rank.transpose(-1, -2)).masked_fill_(~opens, float("-inf")).max(dim=-1)
+    slot = torch.where(best_new > best, arg_new + n_active_t, slot)
+    taken = torch.zeros_like(order, dtype=torch.bool).scatter_(2, order, opens.expand_as(order))   # by position
+    slot = torch.where(taken, torch.full_like(slot, n_slots), slot)     # new centroids are not merged again
+    keys, values, counts = prims.merge(keys, values, counts, slot, k, v, inplace)
+    return dataclasses.replace(
+        state, keys=keys, values=values, counts=counts, seen=state.seen + n_local, n_active=state.n_active + n_new
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _scalar(n: int, device: torch.device) -> torch.Tensor:
+    """A cached 0-d int64 tensor holding n on ``device`` (no host-to-device copy per chunk)."""
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.tensor(n, dtype=torch.int64, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def _arange(n: int, device: torch.device) -> torch.Tensor:
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.arange(n, device=device)
 
 
 # ------------------------------------------------------------------------------------ entry points
@@ -356,9 +434,14 @@ def _updates_in_place(*tensors: torch.Tensor) -> bool:
 def ovq_chunk_loop(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, params: OVQParams,
     initial_state: Optional[OVQState] = None, output_final_state: bool = True,
-    prims: OVQPrimitives = REFERENCE,
+    prims: OVQPrimitives = REFERENCE, static: bool = False,
 ) -> Tuple[torch.Tensor, Optional[OVQState]]:
     """The chunked OVQ op on the given per-chunk primitives (see :func:`ovq_attention_chunked`).
+
+    ``static``: every chunk reads and updates the whole dictionary [B, H, N, *] with the inactive
+    slots masked (log count -inf), so all full chunks run the same kernels on the same shapes and no
+    per-chunk value depends on the data (:func:`_absorb_static`); the result equals the dynamic
+    path's, which slices the active prefix (cheaper while the dictionary grows).
 
     No loop per token: one iteration per chunk of L tokens, batched over lanes and heads. Without
     autograd (inference, ``torch.no_grad``, or no input requiring grad) the state is copied once per
@@ -383,7 +466,7 @@ def ovq_chunk_loop(
     out = q.new_empty(q.shape[:3] + (vt.shape[-1],)) if inplace else None
     chunks = [(max(start, n_pending) - start, qc, kc, vc)
               for start, qc, kc, vc in zip(starts, q_chunks, k_chunks, v_chunks)]
-    step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=inplace)
+    step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=inplace, static=static)
     outputs = []
     if inplace:
         if total >= L:                            # a chunk will be absorbed: one private copy, then in place
@@ -394,7 +477,7 @@ def ovq_chunk_loop(
             out[:, q_pos:q_pos + qc.shape[2]].copy_(o_c.transpose(1, 2))
             q_pos += qc.shape[2]
     elif params.recompute_chunks:
-        outputs, state = _recomputed_loop(state, chunks, beta, params, prims)
+        outputs, state = _recomputed_loop(state, chunks, beta, params, prims, static)
     else:
         for q_offset, qc, kc, vc in chunks:
             o_c, state = step(state, q_offset, qc, kc, vc)
@@ -409,13 +492,15 @@ def ovq_chunk_loop(
 
 def _chunk_step(
     state: OVQState, q_offset: int, qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, *,
-    beta: torch.Tensor, params: OVQParams, prims: OVQPrimitives, inplace: bool,
+    beta: torch.Tensor, params: OVQParams, prims: OVQPrimitives, inplace: bool, static: bool = False,
 ) -> Tuple[torch.Tensor, OVQState]:
     """One chunk: the read of its queries (local positions q_offset ..), then, for a full chunk, its
     absorption into the dictionary; a partial chunk becomes the pending buffer.
-    qc: [B, H, Lq, Dk]; kc, vc: [B, H, Lc, *]. Returns (read [B, H, Lq, Dv], state after the chunk)."""
+    qc: [B, H, Lq, Dk]; kc, vc: [B, H, Lc, *]. Returns (read [B, H, Lq, Dv], state after the chunk).
+    ``static``: the read spans all N slots (empty ones have log count -inf, no weight) and the update
+    is :func:`_absorb_static`."""
     read_state = _maybe_detach(state, params)
-    n = read_state.n_active
+    n = params.num_slots if static else read_state.n_active
     o_c = prims.read(
         qc, kc, vc,
         read_state.keys[:, :, :n], read_state.values[:, :, :n], read_state.counts[:, :, :n].log(),
@@ -425,16 +510,17 @@ def _chunk_step(
         return o_c, dataclasses.replace(state, pending_keys=kc.clone(), pending_values=vc.clone())
     if params.state_grad == "detach":
         kc, vc = kc.detach(), vc.detach()
-    return o_c, _absorb(read_state, kc, vc, params, prims, inplace)
+    absorb = _absorb_static if static else _absorb
+    return o_c, absorb(read_state, kc, vc, params, prims, inplace)
 
 
-def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OVQPrimitives):
+def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OVQPrimitives, static: bool = False):
     """The training loop with ``recompute_chunks`` = S: runs of up to S full chunks whose queries
     start at the chunk's first position go through :func:`~ovq_cl.ops.recompute.recomputed`; the
     others (a first chunk continuing pending tokens, a last partial chunk) run as usual.
     Returns (reads, state)."""
     L = params.chunk_size
-    step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=False)
+    step = functools.partial(_chunk_step, beta=beta, params=params, prims=prims, inplace=False, static=static)
     outputs = []
     eligible = [q_offset == 0 and qc.shape[2] == kc.shape[2] == L for q_offset, qc, kc, _ in chunks]
     for i, j, recompute in segment_runs(eligible, int(params.recompute_chunks)):
@@ -445,7 +531,7 @@ def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OV
         q_seg, k_seg, v_seg = (torch.cat([c[n] for c in chunks[i:j]], dim=2) for n in (1, 2, 3))
         info: dict = {}
         run = functools.partial(_run_segment, state.seen, state.n_active, state.pending_keys,
-                                state.pending_values, params, prims, info)
+                                state.pending_values, params, prims, info, static)
         o_seg, keys, values, counts = recomputed(run, state.keys, state.values, state.counts, beta,
                                                  q_seg, k_seg, v_seg, non_differentiable=(3,))
         state = dataclasses.replace(state, keys=keys, values=values, counts=counts,
@@ -455,7 +541,7 @@ def _recomputed_loop(state: OVQState, chunks, beta, params: OVQParams, prims: OV
     return outputs, state
 
 
-def _run_segment(seen, n_active, pending_keys, pending_values, params, prims, info,
+def _run_segment(seen, n_active, pending_keys, pending_values, params, prims, info, static,
                  keys, values, counts, beta, q_seg, k_seg, v_seg):
     """Full chunks [B, H, S L, *] from the dictionary (keys, values, counts) after ``seen`` tokens.
     Returns (reads [B, H, S L, Dv], keys, values, counts); ``info`` gets the ints of the new state."""
@@ -464,7 +550,8 @@ def _run_segment(seen, n_active, pending_keys, pending_values, params, prims, in
     outs = []
     L = params.chunk_size
     for qc, kc, vc in zip(q_seg.split(L, dim=2), k_seg.split(L, dim=2), v_seg.split(L, dim=2)):
-        o_c, state = _chunk_step(state, 0, qc, kc, vc, beta=beta, params=params, prims=prims, inplace=False)
+        o_c, state = _chunk_step(state, 0, qc, kc, vc, beta=beta, params=params, prims=prims, inplace=False,
+                                 static=static)
         outs.append(o_c)
     info["seen"], info["n_active"] = state.seen, state.n_active
     info["merges"], info["evictions"] = state.merges, state.evictions          # made in this segment (it starts at 0)
