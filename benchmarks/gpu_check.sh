@@ -7,8 +7,10 @@
 # 0. packages missing from the GPU machine's image (omegaconf, fla-core) install from wheels in .whl/
 #    when that folder exists (the machine has no network: download them beside the repo first);
 # 1. the Triton tests on the GPU: compiled kernels (TRITON_INTERPRET=0: tests/conftest.py would switch
-#    the interpreter on otherwise); tests/test_ovq_triton.py picks the GPU by itself;
-# 2. op level, T = 1k .. 64k: OVQ on its Triton kernels (and on the PyTorch reference) against PyTorch
+#    the interpreter on otherwise); tests/test_ovq_triton.py picks the GPU by itself; the static-shape
+#    tests, with the CUDA-graph capture test that only a GPU runs;
+# 2. op level, T = 1k .. 64k: OVQ on its Triton kernels (dynamic, static shapes, static + CUDA graphs;
+#    and on the PyTorch reference) against PyTorch
 #    SDPA (flash, bf16; and fp32) and fla's Triton kernels for linear attention and Gated DeltaNet,
 #    forward and forward + backward (benchmarks/gpu_ops.py), after a profile of one OVQ layer call
 #    (benchmarks/gpu_profile.py: launches and syncs per chunk, GPU-busy fraction);
@@ -37,13 +39,13 @@ fi
 } 2>&1 | tee "$OUT/environment.txt"
 
 echo "== 1. Triton tests on the GPU" | tee "$OUT/tests.txt"
-timeout "${GPU_TESTS_S:-100}" "$PY" -m pytest -q -p no:cacheprovider tests/test_ovq_triton.py 2>&1 | tee -a "$OUT/tests.txt"
+timeout "${GPU_TESTS_S:-100}" "$PY" -m pytest -q -p no:cacheprovider tests/test_ovq_triton.py tests/test_ovq_static.py 2>&1 | tee -a "$OUT/tests.txt"
 
 echo "== 2. op level vs SDPA flash and fla" | tee "$OUT/gpu_ops.txt"
 timeout 40 "$PY" -m benchmarks.gpu_profile --T 4096 2>&1 | tee "$OUT/profile.txt"
 # fla-linear last, alone: its first call autotunes for minutes (seen on an H200, fla-core 0.6.0)
 timeout "${GPU_OPS_S:-130}" "$PY" -m benchmarks.gpu_ops --max-T 65536 --batch 1 --repeats 2 \
-  --ops ovq,ovq-torch,sdpa-flash,sdpa-fp32,fla-gdn --out "$OUT" 2>&1 | tee -a "$OUT/gpu_ops.txt"
+  --ops ovq,ovq-static,ovq-graph,ovq-torch,sdpa-flash,sdpa-fp32,fla-gdn --out "$OUT" 2>&1 | tee -a "$OUT/gpu_ops.txt"
 
 echo "== 3. layer level, all mixers" | tee "$OUT/speed_memory.txt"
 timeout "${GPU_LAYERS_S:-190}" "$PY" -m benchmarks.speed_memory --device cuda --max-T 65536 --max-T-train 65536 \

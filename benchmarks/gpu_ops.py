@@ -7,6 +7,9 @@ For T = 1k .. max-T (batch B, 4 heads x 64), forward (no grad) and forward + bac
 - ``ovq``: ``ovq_attention(..., backend="triton")``, N = 1024, chunk 64, float32 (the Triton read in
   IEEE fp32; the chunk loop runs on the host, one iteration per chunk);
 - ``ovq-torch``: the same op on the PyTorch reference (``backend="chunk"``) on the GPU;
+- ``ovq-static``: the Triton op with static shapes (the whole dictionary every chunk, masked);
+  ``ovq-graph``: the same, runs of 16 chunks replayed from one captured CUDA graph (inference; in
+  training the blocks are skipped, so its training time is ovq-static's);
 - ``sdpa-flash``: ``F.scaled_dot_product_attention(is_causal=True)`` in bfloat16 with the flash
   backend; ``sdpa-fp32``: the same in float32 (whatever backend PyTorch picks);
 - ``fla-linear``: ``fla.ops.linear_attn.chunk_linear_attn`` (bfloat16, normalised);
@@ -43,16 +46,18 @@ def make_ops(B: int, T: int, device: str) -> Dict[str, Callable[[bool], torch.Te
     def leaf(dtype, names=("q", "k", "v"), train=False):
         return [base[n].to(dtype).detach().requires_grad_(train) for n in names]
 
-    def ovq(backend):
+    def ovq(backend, **how):
         def run(train):
             q, k, v = leaf(torch.float32, train=train)
             beta = torch.full((H,), 8.0, device=device, requires_grad=train)
-            o, _ = ovq_attention(q, k, v, beta, params, backend=backend)
+            o, _ = ovq_attention(q, k, v, beta, params, backend=backend, **how)
             return o.float().square().mean() if train else o
         return run
 
     ops["ovq"] = ovq("triton")
     ops["ovq-torch"] = ovq("chunk")
+    ops["ovq-static"] = ovq("triton", static=True)                           # same shapes every chunk
+    ops["ovq-graph"] = ovq("triton", static=True, block_chunks=16)          # + CUDA graph per 16 chunks (inference)
 
     def sdpa(dtype, flash):
         def run(train):

@@ -157,3 +157,81 @@ def test_exact_ties_follow_the_dynamic_rule():
     assert_states_equal(s_s, s_d, tol=1e-12)
     assert_states_equal(s_s, s_n, tol=1e-12)
     assert float(s_s.counts[0, 0, 0]) > 1                 # the old slot 0 took the tied keys
+
+
+# ------------------------------------------------------------------ blocks of chunks (CUDA graph path)
+
+@pytest.mark.parametrize("S", [1, 3, 4])
+@pytest.mark.parametrize("name", ["plateau-spread", "linear-fills-mid-sequence", "one-slot"])
+def test_blocks_of_chunks_equal_the_dynamic_loop(name, S):
+    """The graphed blocks' code run eagerly (capture off: what a CPU can check): the plan, the static
+    buffers carried from block to block, the chunks a block cannot take (pending start, partial end,
+    the remainder of fewer than S) all give the dynamic loop's outputs and state."""
+    params = PARAMS[name]
+    q, k, v, beta = inputs(T=61, grad=False)
+    with torch.no_grad():
+        ref, s_ref = None, None
+        for static, blocks in ((False, 0), (True, S)):
+            outs, state = [], None
+            for a, b in ((0, 7), (7, 61)):                   # the second call starts with 7 pending tokens
+                o, state = ovq_attention(q[:, a:b], k[:, a:b], v[:, a:b], beta, params, initial_state=state,
+                                         backend="chunk", static=static, block_chunks=blocks, capture=False)
+                outs.append(o)
+            if ref is None:
+                ref, s_ref = torch.cat(outs, 1), state
+    assert rel_err(torch.cat(outs, 1), ref) < 1e-12
+    assert_states_equal(state, s_ref, tol=1e-12)
+
+
+def test_blocks_are_used_and_reused(monkeypatch):
+    from ovq_cl.ops.ovq import graphs
+
+    calls = []
+    real = graphs.ChunkBlock.replay
+    monkeypatch.setattr(graphs.ChunkBlock, "replay", lambda self, *a: calls.append(id(self)) or real(self, *a))
+    params = PARAMS["plateau-spread"]
+    q, k, v, beta = inputs(T=50, grad=False)                  # 10 chunks of 5: 3 blocks of 3, one left over
+    with torch.no_grad():
+        for _ in range(2):
+            ovq_attention(q, k, v, beta, params, backend="chunk", static=True, block_chunks=3, capture=False)
+    assert len(calls) == 6 and len(set(calls)) == 1           # one cached block for both calls
+
+
+def test_blocks_fall_back_where_they_cannot_run():
+    """Autograd, a plasticity rule or the random init: the blocks are skipped, the result is unchanged."""
+    for params in (PARAMS["random-init"], OVQParams(num_slots=6, chunk_size=4, count_cap=2.0)):
+        q, k, v, beta = inputs(T=30, grad=False)
+        with torch.no_grad():
+            o_b, s_b = ovq_attention(q, k, v, beta, params, static=True, block_chunks=2, capture=False)
+            o_d, s_d = ovq_attention(q, k, v, beta, params)
+        assert rel_err(o_b, o_d) < 1e-12
+        assert_states_equal(s_b, s_d, tol=1e-12)
+    q, k, v, beta = inputs(T=30)
+    o_b, _ = ovq_attention(q, k, v, beta, PARAMS["plateau-spread"], static=True, block_chunks=2, capture=False)
+    o_d, _ = ovq_attention(q, k, v, beta, PARAMS["plateau-spread"])
+    g_b, g_d = (torch.autograd.grad(o.square().sum(), (q, k, v, beta)) for o in (o_b, o_d))
+    assert rel_err(o_b, o_d) < 1e-12 and all(rel_err(a, b) < 1e-11 for a, b in zip(g_b, g_d))
+
+
+def test_block_options_are_checked_in_one_line():
+    q, k, v, beta = inputs(T=20, grad=False)
+    with pytest.raises(ValueError, match="block_chunks .* needs static=True"):
+        ovq_attention(q, k, v, beta, PARAMS["plateau-spread"], block_chunks=2)
+    if not torch.cuda.is_available():
+        with torch.no_grad(), pytest.raises(ValueError, match="CUDA graph capture needs a CUDA device"):
+            ovq_attention(q, k, v, beta, PARAMS["plateau-spread"], static=True, block_chunks=2, capture=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graph capture needs a GPU (benchmarks/gpu_check.sh runs this)")
+@pytest.mark.parametrize("backend", ["chunk", "triton"])
+def test_captured_blocks_equal_the_dynamic_loop_on_the_gpu(backend):
+    params = OVQParams(num_slots=40, chunk_size=16)
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 700, 4, 32, generator=g).cuda() for _ in range(3))
+    beta = torch.tensor([3.0, 5.0, 7.0, 9.0], device="cuda")
+    with torch.no_grad():
+        o_d, s_d = ovq_attention(q, k, v, beta, params, backend=backend)
+        for _ in range(2):                                             # captured, then replayed from the cache
+            o_g, s_g = ovq_attention(q, k, v, beta, params, backend=backend, static=True, block_chunks=8, capture=True)
+    assert rel_err(o_g, o_d) < 1e-4
+    assert s_g.n_active == s_d.n_active and rel_err(s_g.keys, s_d.keys) < 1e-4 and rel_err(s_g.counts, s_d.counts) < 1e-6

@@ -68,15 +68,19 @@ def _triton_usable(q: torch.Tensor) -> Tuple[Optional[OVQPrimitives], str]:
 def ovq_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, params: OVQParams,
     initial_state: Optional[OVQState] = None, output_final_state: bool = True, backend: str = "auto",
-    static: bool = False,
+    static: bool = False, block_chunks: int = 0, capture: Optional[bool] = None,
 ) -> Tuple[torch.Tensor, Optional[OVQState]]:
     """q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; beta: [H]. Returns o [B, T, H, Dv] and the final state.
 
     ``static``: the chunk loop with the same shapes in every chunk (the whole dictionary, inactive
     slots masked; :func:`~ovq_cl.ops.ovq.chunk.ovq_chunk_loop`), same result; for the chunked
-    backends (auto, chunk, triton) only."""
+    backends (auto, chunk, triton) only. ``block_chunks`` = S > 0 with ``static``: in inference, runs
+    of S full chunks replay one captured CUDA graph (``capture``, default on CUDA) or run the same
+    steps eagerly (:mod:`~ovq_cl.ops.ovq.graphs`)."""
     if backend not in BACKENDS:
         raise ValueError(f"ovq_attention: backend must be one of {BACKENDS}, got {backend!r}")
+    if block_chunks and not static:
+        raise ValueError("ovq_attention: block_chunks (graphed blocks of chunks) needs static=True")
     if static and backend in ("naive", "recurrent"):
         raise ValueError(f"ovq_attention: static shapes are a form of the chunk loop; backend {backend!r} has none "
                          "(use 'chunk', 'triton' or 'auto')")
@@ -91,7 +95,8 @@ def ovq_attention(
             raise ValueError(f"ovq_attention: backend 'triton' is not available: {why}")
     elif backend == "auto" and q.is_cuda:
         prims = triton_primitives() or REFERENCE
-    return ovq_chunk_loop(q, k, v, beta, params, initial_state, output_final_state, prims, static=static)
+    return ovq_chunk_loop(q, k, v, beta, params, initial_state, output_final_state, prims, static=static,
+                          block_chunks=block_chunks, capture=capture)
 
 
 __all__ = [

@@ -332,21 +332,37 @@ def _absorb_static(
     """
     if params.plastic:
         return absorb_chunk_plastic(state, k, v, params, prims.merge)
+    n_new = new_slots(state.seen, state.n_active, k.shape[2], params)
+    order = None if params.init == "spread" else random_init_select(k, k.shape[2], params.init_seed, state.seen)
+    keys, values, counts = absorb_static_tensors(
+        state.keys, state.values, state.counts, k, v, _scalar(state.n_active, k.device), _scalar(n_new, k.device),
+        params, prims, inplace, order)
+    return dataclasses.replace(
+        state, keys=keys, values=values, counts=counts, seen=state.seen + k.shape[2], n_active=state.n_active + n_new
+    )
+
+
+def absorb_static_tensors(
+    keys: torch.Tensor, values: torch.Tensor, counts: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    n_active_t: torch.Tensor, n_new_t: torch.Tensor, params: OVQParams, prims: OVQPrimitives, inplace: bool,
+    order: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tensor work of :func:`_absorb_static`, every input a tensor (what a captured graph replays).
+
+    keys, values, counts: [B, H, N, *] before the chunk; k, v: [B, H, L, *]; n_active_t, n_new_t: 0-d
+    int64 on the device (active slots before the chunk, slots the schedule opens); order: [B, H, L]
+    the chunk positions by rank for the "random" init, None for "spread" (least similar first).
+    Returns (keys, values, counts) after the chunk."""
     n_slots, n_local = params.num_slots, k.shape[2]
-    n_new = new_slots(state.seen, state.n_active, n_local, params)
     dev = k.device
-    n_active_t, n_new_t = _scalar(state.n_active, dev), _scalar(n_new, dev)
-    keys, values, counts = state.keys, state.values, state.counts
     kd = k.detach()
     slots = _arange(n_slots, dev)                                       # [N]
     active = slots < n_active_t                                         # [N] bool
     s = (kd @ keys.detach().transpose(-1, -2)).masked_fill_(~active, float("-inf"))
     best, slot = first_argmax(s)
     slot = torch.where(torch.isinf(best), torch.zeros_like(slot), slot)  # no active slot: 0, as the dynamic path
-    if params.init == "spread":
+    if order is None:
         order = torch.sort(best, dim=-1, stable=True).indices           # all -inf: positions in order
-    else:
-        order = random_init_select(k, n_local, params.init_seed, state.seen)
     ranks = _arange(n_local, dev)                                       # [L]
     opens = ranks < n_new_t                                             # [L] by rank
     # the new rows: slot j in [n_active, n_active + n_new) takes the key of rank j - n_active
@@ -363,10 +379,7 @@ def _absorb_static(
     slot = torch.where(best_new > best, arg_new + n_active_t, slot)
     taken = torch.zeros_like(order, dtype=torch.bool).scatter_(2, order, opens.expand_as(order))   # by position
     slot = torch.where(taken, torch.full_like(slot, n_slots), slot)     # new centroids are not merged again
-    keys, values, counts = prims.merge(keys, values, counts, slot, k, v, inplace)
-    return dataclasses.replace(
-        state, keys=keys, values=values, counts=counts, seen=state.seen + n_local, n_active=state.n_active + n_new
-    )
+    return prims.merge(keys, values, counts, slot, k, v, inplace)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -434,7 +447,8 @@ def _updates_in_place(*tensors: torch.Tensor) -> bool:
 def ovq_chunk_loop(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, params: OVQParams,
     initial_state: Optional[OVQState] = None, output_final_state: bool = True,
-    prims: OVQPrimitives = REFERENCE, static: bool = False,
+    prims: OVQPrimitives = REFERENCE, static: bool = False, block_chunks: int = 0,
+    capture: Optional[bool] = None,
 ) -> Tuple[torch.Tensor, Optional[OVQState]]:
     """The chunked OVQ op on the given per-chunk primitives (see :func:`ovq_attention_chunked`).
 
@@ -442,6 +456,11 @@ def ovq_chunk_loop(
     slots masked (log count -inf), so all full chunks run the same kernels on the same shapes and no
     per-chunk value depends on the data (:func:`_absorb_static`); the result equals the dynamic
     path's, which slices the active prefix (cheaper while the dictionary grows).
+
+    ``block_chunks`` = S > 0 (with ``static``, in inference, schedule growth and "spread" init; see
+    :mod:`~ovq_cl.ops.ovq.graphs`): runs of S aligned full chunks go through one block, a CUDA graph
+    replay when ``capture`` (default: on CUDA devices), the same steps eagerly otherwise. Anything a
+    block cannot take runs as above.
 
     No loop per token: one iteration per chunk of L tokens, batched over lanes and heads. Without
     autograd (inference, ``torch.no_grad``, or no input requiring grad) the state is copied once per
@@ -471,11 +490,20 @@ def ovq_chunk_loop(
     if inplace:
         if total >= L:                            # a chunk will be absorbed: one private copy, then in place
             state = state.clone()
-        q_pos = 0
-        for q_offset, qc, kc, vc in chunks:
+        q_pos, i = 0, 0
+        blocks = _block_runs(chunks, L, block_chunks if static else 0, params, prims, q.device, capture)
+        while i < len(chunks):
+            if i in blocks:                         # S aligned full chunks x n: replays of one block
+                n_c, replay = blocks[i]
+                a, b = i * L, (i + n_c) * L          # no pending tokens before an aligned chunk: same positions
+                o_seg, state = replay(state, qn[:, :, a - n_pending:b - n_pending], k_all[:, :, a:b], v_all[:, :, a:b], beta)
+                out[:, q_pos:q_pos + b - a].copy_(o_seg.transpose(1, 2))
+                q_pos, i = q_pos + b - a, i + n_c
+                continue
+            q_offset, qc, kc, vc = chunks[i]
             o_c, state = step(state, q_offset, qc, kc, vc)
             out[:, q_pos:q_pos + qc.shape[2]].copy_(o_c.transpose(1, 2))
-            q_pos += qc.shape[2]
+            q_pos, i = q_pos + qc.shape[2], i + 1
     elif params.recompute_chunks:
         outputs, state = _recomputed_loop(state, chunks, beta, params, prims, static)
     else:
@@ -488,6 +516,30 @@ def ovq_chunk_loop(
                                     pending_values=v_all.new_empty(v_all.shape[:2] + (0, v_all.shape[3])))
     o = out if out is not None else torch.cat([o_c.transpose(1, 2) for o_c in outputs], dim=1).to(q.dtype)
     return o, (state if output_final_state else None)
+
+
+def _block_runs(chunks, L: int, block_chunks: int, params: OVQParams, prims: OVQPrimitives, device,
+                capture: Optional[bool]):
+    """{index of a chunk: (chunks taken, replay)} for the runs of aligned full chunks a graphed block
+    of ``block_chunks`` takes (multiples of it); {} when blocks are off or cannot be used here."""
+    from ovq_cl.ops.ovq import graphs
+
+    S = int(block_chunks)
+    if S <= 0 or not graphs.block_usable(params, grad=False)[0]:
+        return {}
+    capture = graphs.capture_available(device) if capture is None else bool(capture)
+    if capture and not graphs.capture_available(device):
+        raise ValueError(f"ovq_attention: CUDA graph capture needs a CUDA device, the inputs are on {device}")
+    runs, i = {}, 0
+    while i < len(chunks):
+        j = i
+        while j < len(chunks) and chunks[j][0] == 0 and chunks[j][1].shape[2] == chunks[j][2].shape[2] == L:
+            j += 1
+        n = (j - i) // S * S
+        if n:
+            runs[i] = (n, functools.partial(graphs.run_blocks, params=params, prims=prims, n_chunks=S, capture=capture))
+        i = max(j, i + 1)
+    return runs
 
 
 def _chunk_step(
