@@ -33,6 +33,7 @@ import torch
 from ovq_cl.ops.common import check_head_vector, check_qkv, check_state_shape, compute_dtype, l2norm
 from ovq_cl.ops.ovq.common import OVQParams, OVQState, empty_ovq_state, growth_target, random_init_select
 from ovq_cl.ops.ovq.plasticity import absorb_chunk_plastic
+from ovq_cl.ops.ovq.threads import loop_threads
 from ovq_cl.ops.recompute import recomputed, segment_runs
 
 # ------------------------------------------------------------------------- per-chunk primitives
@@ -467,7 +468,23 @@ def ovq_chunk_loop(
     call (only if a chunk is absorbed) and then updated in place; with autograd every update is
     functional, so the graph of ``state_grad="full"`` runs through all chunks (with
     ``params.recompute_chunks`` = S, only one chunk in S keeps its part of that graph).
+
+    On CPU the loop runs under the thread policy of :mod:`~ovq_cl.ops.ovq.threads` (single-threaded
+    while other processes hold cores: its many small ops would stall at OpenMP barriers); a backward
+    pass runs later, under torch's own setting.
     """
+    with loop_threads(q.device):
+        return _ovq_chunk_loop(q, k, v, beta, params, initial_state, output_final_state, prims, static,
+                               block_chunks, capture)
+
+
+def _ovq_chunk_loop(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, params: OVQParams,
+    initial_state: Optional[OVQState] = None, output_final_state: bool = True,
+    prims: OVQPrimitives = REFERENCE, static: bool = False, block_chunks: int = 0,
+    capture: Optional[bool] = None,
+) -> Tuple[torch.Tensor, Optional[OVQState]]:
+    """The body of :func:`ovq_chunk_loop` (run under its thread policy)."""
     state, qn, kn, vt, beta = _prepare(q, k, v, beta, params, initial_state, "ovq_attention")
     inplace = _updates_in_place(q, k, v, beta)
     n_pending = state.pending_keys.shape[2]
