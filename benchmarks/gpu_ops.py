@@ -9,7 +9,8 @@ For T = 1k .. max-T (batch B, 4 heads x 64), forward (no grad) and forward + bac
 - ``ovq-torch``: the same op on the PyTorch reference (``backend="chunk"``) on the GPU;
 - ``ovq-static``: the Triton op with static shapes (the whole dictionary every chunk, masked);
   ``ovq-graph``: the same, runs of 16 chunks replayed from one captured CUDA graph (inference; in
-  training the blocks are skipped, so its training time is ovq-static's);
+  training the blocks are skipped, so its training time is ovq-static's); ``ovq-tf32``: ovq-graph
+  with TF32 dots in the read and the assignment;
 - ``sdpa-flash``: ``F.scaled_dot_product_attention(is_causal=True)`` in bfloat16 with the flash
   backend; ``sdpa-fp32``: the same in float32 (whatever backend PyTorch picks);
 - ``fla-linear``: ``fla.ops.linear_attn.chunk_linear_attn`` (bfloat16, normalised);
@@ -58,6 +59,18 @@ def make_ops(B: int, T: int, device: str) -> Dict[str, Callable[[bool], torch.Te
     ops["ovq-torch"] = ovq("chunk")
     ops["ovq-static"] = ovq("triton", static=True)                           # same shapes every chunk
     ops["ovq-graph"] = ovq("triton", static=True, block_chunks=16)          # + CUDA graph per 16 chunks (inference)
+
+    def ovq_tf32(train):                        # static + graphs on the kernels with TF32 dots
+        from ovq_cl.ops.ovq.chunk import ovq_chunk_loop
+        from ovq_cl.ops.ovq.triton import make_triton_primitives
+
+        q, k, v = leaf(torch.float32, train=train)
+        beta = torch.full((H,), 8.0, device=device, requires_grad=train)
+        o, _ = ovq_chunk_loop(q, k, v, beta, params, prims=make_triton_primitives(precision="tf32"), static=True,
+                              block_chunks=16)
+        return o.float().square().mean() if train else o
+
+    ops["ovq-tf32"] = ovq_tf32
 
     def sdpa(dtype, flash):
         def run(train):

@@ -307,3 +307,79 @@ def test_dispatch():
                 ovq_attention(q, k, v, beta, p, backend="triton")
         finally:
             ovq_triton.INTERPRET = True
+
+
+# ------------------------------------------------- the dictionary split across programs (flash-decoding)
+
+SPLIT_CASES = [
+    # Lq, Lc, q_offset, n, D, Dv, empty slots, splits
+    (16, 16, 0, 150, 24, 20, 0, 3),      # three splits of 64 rows, the last partial
+    (5, 16, 11, 200, 32, 48, 70, 4),     # q_offset > 0; the first split holds only empty slots (weight 0)
+    (70, 70, 0, 130, 16, 16, 3, 2),      # two query blocks and two local key tiles
+    (16, 16, 0, 40, 24, 24, 0, 5),       # fewer rows than one split: one dictionary split and the local one
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: "Lq{}-Lc{}-off{}-n{}-D{}-Dv{}-empty{}-splits{}".format(*c))
+def test_split_read_matches_reference_outputs_and_every_gradient(case):
+    """Partial softmaxes over slices of the dictionary, combined: the same read and gradients (the dQ
+    kernel is split the same way) as the reference, in float64."""
+    Lq, Lc, off, n, D, Dv, empty, splits = case
+    inputs = read_inputs(2, 3, Lq, Lc, n, D, Dv, torch.float64, empty)
+    read = lambda *a, q_offset: ovq_triton.triton_chunk_read(*a, q_offset=q_offset, splits=splits)  # noqa: E731
+    o, grads = read_and_grads(read, inputs, off)
+    o_ref, grads_ref = read_and_grads(dictionary_chunk_read, inputs, off)
+    assert ovq_triton._split_rows(n, 1, torch.device("cpu"), splits)[0]     # the split path ran
+    assert rel_err(o, o_ref) < 1e-10
+    names = [a for a in READ_ARGS if inputs[a].requires_grad]
+    for name, g, g_ref in zip(names, grads, grads_ref):
+        assert rel_err(g, g_ref) < 1e-10, name
+
+
+@needs_triton
+@pytest.mark.parametrize("splits", [2, 3])
+def test_split_max_similarity_keeps_the_first_index_across_splits(splits):
+    """Dyadic keys (exact dots): exact max, and the first index on ties inside and across splits."""
+    g = torch.Generator().manual_seed(splits)
+    k = torch.randint(-2, 3, (2, 3, 33, 60), generator=g).float() / 2
+    dict_keys = torch.randint(-2, 3, (2, 3, 150, 60), generator=g).float() / 2
+    dict_keys[:, :, 140] = dict_keys[:, :, 5]                       # rows 5 and 140 in different splits
+    k[:, :, 3] = dict_keys[:, :, 5]
+    k, dict_keys = k.to(DEVICE), dict_keys.to(DEVICE)
+    best, arg = ovq_triton.triton_max_similarity(k, dict_keys, splits=splits)
+    s = k @ dict_keys.transpose(-1, -2)
+    assert torch.equal(best, s.amax(-1)) and torch.equal(arg, assign_to_slots(k, dict_keys))
+    assert (arg[:, :, 3] == 5).all()
+
+
+@needs_triton
+def test_op_on_split_kernels_matches_the_oracle():
+    from ovq_cl.ops.ovq.chunk import ovq_chunk_loop
+
+    T, L, D, Dv, params = 120, 16, 16, 12, OVQParams(num_slots=150, chunk_size=16, growth="linear", growth_rate=1.0)
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, T, 3, d, generator=g, dtype=torch.float64).to(DEVICE).requires_grad_() for d in (D, D, Dv))
+    beta = torch.tensor([3.0, 6.0, 9.0], dtype=torch.float64, device=DEVICE, requires_grad=True)
+    prims = ovq_triton.make_triton_primitives(splits=2)
+    o, s = ovq_chunk_loop(q, k, v, beta, params, prims=prims)
+    o_ref, s_ref = ovq_attention(q, k, v, beta, params, backend="naive")
+    assert s.n_active == s_ref.n_active > 64                           # the later reads span two splits
+    assert rel_err(o, o_ref) < 1e-10 and rel_err(s.keys, s_ref.keys) < 1e-10
+    g1 = torch.autograd.grad(o.square().sum(), (q, k, v, beta))
+    g2 = torch.autograd.grad(o_ref.square().sum(), (q, k, v, beta))
+    assert all(rel_err(a, b) < 1e-10 for a, b in zip(g1, g2))
+
+
+@needs_triton
+def test_tf32_precision_has_its_own_tolerance_and_bad_precisions_fail():
+    """TF32 dots (float32 only; on the CPU interpreter they are exact): within 1e-2 of the reference
+    read (TF32 keeps 10 mantissa bits: ~5e-4 per product); float64 inputs stay exact."""
+    inputs = read_inputs(2, 3, 16, 16, 100, 32, 32, torch.float32)
+    read = lambda *a, q_offset: ovq_triton.triton_chunk_read(*a, q_offset=q_offset, precision="tf32")  # noqa: E731
+    o, grads = read_and_grads(read, inputs, 0)
+    o_ref, grads_ref = read_and_grads(dictionary_chunk_read, inputs, 0)
+    assert rel_err(o, o_ref) < 1e-2 and all(rel_err(a, b) < 1e-2 for a, b in zip(grads, grads_ref))
+    assert ovq_triton._prec(torch.float64, "tf32") == "ieee"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        ovq_triton.make_triton_primitives(precision="bf16x3")
