@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_p.add_argument("--name", default="sweep", help="name of the parent MLflow run")
     sweep_p.add_argument("--out", default="outputs/sweeps", help="folder for the table and the plot")
     sweep_p.add_argument("--rerun", action="store_true", help="run again the configs that already finished")
+    sweep_p.add_argument("--backend", choices=("serial", "ray"), default="serial",
+                         help="serial: one run after the other (default); ray: parallel Ray tasks (pip install 'ovq-cl[ray]')")
+    sweep_p.add_argument("--ray-address", default=None,
+                         help="an existing Ray cluster (e.g. auto, ray://head:10001); default: a local Ray started for the sweep")
+    sweep_p.add_argument("--trial-cpus", type=float, default=1, help="CPUs per trial with --backend ray (torch threads)")
+    sweep_p.add_argument("--trial-gpus", type=float, default=0, help="GPUs per trial with --backend ray")
     sweep_p.add_argument("--quiet", action="store_true", help="no progress bars and messages, only the table")
     cmp_p = sub.add_parser("compare", help="95%% intervals over seeds, and paired tests against a baseline, of "
                                            "finished runs (an MLflow experiment, or sweep JSON files)")
@@ -164,16 +170,18 @@ def _dispatch(args, parser) -> int:
         _print_result(result)
     elif args.command == "sweep":
         from experiments.config import check_writable
-        from experiments.sweep import expand, parse_grid, run_sweep
+        from experiments.sweep import check_backend, expand, parse_grid, run_sweep
 
         grid = parse_grid(args.grid)
+        check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
         configs = expand(args.config, args.overrides, grid, plugins=args.plugin)   # every config checked first
         for cfg in configs:
             cfg.progress = cfg.progress or not args.quiet
         check_writable(args.out, "sweep --out")                 # before any run, not after all of them
         print(f"{len(configs)} runs")
         results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun,
-                                      announce=_silent if args.quiet else _say)
+                                      announce=_silent if args.quiet else _say, backend=args.backend,
+                                      ray_address=args.ray_address, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus)
         for label, err in failures:
             print(f"FAILED {label}: {err}")
         return 1 if failures else 0

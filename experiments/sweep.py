@@ -1,5 +1,7 @@
-"""Sweeps as code: a base config times a grid of overrides, run one after the other under one parent
-MLflow run (one child run per configuration)."""
+"""Sweeps as code: a base config times a grid of overrides, under one parent MLflow run (one child run
+per configuration), run one after the other (``backend="serial"``, the default) or as parallel Ray
+tasks (``backend="ray"``: a local Ray started for the sweep, or an existing cluster at
+``ray_address``; ``pip install 'ovq-cl[ray]'``)."""
 from __future__ import annotations
 
 import itertools
@@ -51,17 +53,42 @@ def parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:
     return grid
 
 
+BACKENDS = ("serial", "ray")
+
+
+def check_backend(backend: str, ray_address: Optional[str] = None, trial_cpus: float = 1, trial_gpus: float = 0) -> None:
+    """One clear line before anything runs: a known backend, sane resources, Ray importable when asked."""
+    if backend not in BACKENDS:
+        raise ValueError(f"sweep: backend must be one of {BACKENDS}, got {backend!r}")
+    if backend != "ray" and (ray_address or trial_gpus):
+        raise ValueError("sweep: --ray-address and --trial-gpus need --backend ray")
+    if not trial_cpus > 0 or trial_gpus < 0:
+        raise ValueError(f"sweep: --trial-cpus must be > 0 and --trial-gpus >= 0, got {trial_cpus}, {trial_gpus}")
+    if backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ValueError("sweep: --backend ray needs Ray: pip install 'ovq-cl[ray]'") from None
+
+
 def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] = None, experiment: Optional[str] = None,
               grid: Optional[Dict[str, List[str]]] = None, out: Optional[str] = None, rerun: bool = False,
-              announce=print):
+              announce=print, backend: str = "serial", ray_address: Optional[str] = None, trial_cpus: float = 1,
+              trial_gpus: float = 0):
     """Runs every config under one parent MLflow run; a failed run is reported and the sweep goes on.
 
     The parent logs the grid as params and, with ``out``, the comparison table, the run records (JSON)
     and the forgetting-curve plot as artifacts (also written to ``out``); the JSON is rewritten after
     every finished run, so a sweep killed midway leaves the records of the runs it finished. Finished identical runs are
     reused, never re-parented (only the runs a sweep starts are its children). Prints one line per run
-    with the time so far and an estimate of the time left. Returns (results, failures).
+    with the time so far and an estimate of the time left. Returns (results, failures), both in the
+    order of ``configs`` whatever the backend.
+
+    ``backend="ray"``: each config is a Ray task with ``trial_cpus`` CPUs and ``trial_gpus`` GPUs
+    (:mod:`experiments.ray_backend`), run as a child of the same parent; a trial that fails or whose
+    process dies is retried once, then reported as failed.
     """
+    check_backend(backend, ray_address, trial_cpus, trial_gpus)
     import os
     import time
 
@@ -76,7 +103,16 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
         parent.set_tags({"n_runs": len(configs)})
         if grid:
             parent.log_config({"grid": {k: list(v) for k, v in grid.items()}}, filename="grid.yaml")
-        for n, cfg in enumerate(configs, 1):
+        if backend == "ray":
+            from experiments.ray_backend import run_on_ray
+
+            for cfg in configs:
+                cfg.tracking.experiment = experiment
+            results, failures = run_on_ray(
+                configs, parent.run_id, rerun=rerun, announce=announce, address=ray_address, cpus=trial_cpus,
+                gpus=trial_gpus, on_result=(lambda done: _write_records(done, os.path.join(out, f"{name}.json")))
+                if out else None)
+        for n, cfg in enumerate(configs if backend == "serial" else [], 1):
             cfg.tracking.experiment = experiment
             outcome = "done"
             try:

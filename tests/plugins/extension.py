@@ -6,7 +6,8 @@ that ``ovq-cl run CONFIG --plugin plugins.extension`` (or ``plugins: [plugins.ex
 config) runs them like built-in ones. ``tests/test_extensions.py`` does exactly that.
 
 Test hook: with ``EXTENSION_KILL_BEFORE=j`` in the environment the process kills itself (SIGKILL)
-before training experience j, i.e. after the checkpoint of experience j - 1 was written.
+before training experience j, i.e. after the checkpoint of experience j - 1 was written; with
+``EXTENSION_KILL_MARKER=path`` too, only the first process to get there does (it creates the file).
 """
 from __future__ import annotations
 
@@ -141,6 +142,12 @@ class AnchorPlugin(CheckpointedPlugin):
 
     def before_training_exp(self, strategy, **kwargs):
         if os.environ.get("EXTENSION_KILL_BEFORE") == str(strategy.experience.current_experience):
+            marker = os.environ.get("EXTENSION_KILL_MARKER")
+            if marker:
+                try:
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL))      # atomic: one process only
+                except FileExistsError:
+                    return
             os.kill(os.getpid(), signal.SIGKILL)
 
     def before_backward(self, strategy, **kwargs):

@@ -1,0 +1,86 @@
+"""A sweep's trials as Ray tasks (``ovq-cl sweep ... --backend ray``; ``pip install 'ovq-cl[ray]'``).
+
+Each configuration runs in a Ray worker through :func:`experiments.runner.run`, exactly as in the
+serial sweep: a child MLflow run of the sweep's parent, reused when an identical run already finished
+in the same store (so a sweep interrupted and started again skips what finished), resumed from its
+last checkpoint when a run of its identity was left RUNNING by a process that died. Per trial:
+``num_cpus`` / ``num_gpus`` as asked (torch uses that many threads), one retry when the trial raises
+or its worker process dies (``max_retries=1``, ``retry_exceptions=True``), then it is reported as
+failed and the sweep goes on.
+
+Without an address, a local Ray is started for the sweep and stopped after it (nothing to install
+beyond the extra); with ``address`` (``--ray-address``, e.g. ``ray://head:10001`` or ``auto``) the
+trials go to that cluster. The workers start in the driver's working directory when it exists on
+their node, so relative paths (the default ``sqlite:///mlruns.db``, ``outputs/``) mean the same as
+in a serial sweep; on a multi-node cluster, use a tracking server and shared checkpoint paths.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, List, Optional, Tuple
+
+
+def _trial(cfg, parent_run_id: Optional[str], rerun: bool, cwd: str, threads: int):
+    """One configuration in a Ray worker; returns the RunResult."""
+    import torch
+
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
+    torch.set_num_threads(max(1, threads))
+    from ovq_cl.base import load_plugins
+
+    load_plugins(cfg.plugins)                    # a user's mixers, streams, ... registered in this worker too
+    from experiments.runner import run
+
+    return run(cfg, parent_run_id=parent_run_id, rerun=rerun, announce=lambda message: print(message, flush=True))
+
+
+def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, announce: Callable[[str], None] = print,
+               address: Optional[str] = None, cpus: float = 1, gpus: float = 0,
+               on_result: Optional[Callable[[list], None]] = None) -> Tuple[list, List[Tuple[str, str]]]:
+    """Runs ``configs`` as Ray tasks. Returns (results, failures) in the order of ``configs``;
+    ``on_result(results so far)`` is called after each finished trial (the sweep rewrites its JSON)."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("sweep --backend ray needs Ray: pip install 'ovq-cl[ray]'") from None
+    from experiments.tracking import default_tracking_uri
+
+    for cfg in configs:                          # one store for every worker, whatever its environment
+        cfg.tracking.tracking_uri = default_tracking_uri(cfg.tracking.tracking_uri)
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, include_dashboard=False, logging_level="WARNING",
+                 runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("OVQ_CL_", "PYTHONPATH"))}})
+    try:
+        remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=1, retry_exceptions=True)(_trial)
+        cwd, threads = os.getcwd(), max(1, int(cpus))
+        refs = {remote.remote(cfg, parent_run_id, rerun, cwd, threads): i for i, cfg in enumerate(configs)}
+        results: List[Optional[object]] = [None] * len(configs)
+        failures: List[Tuple[int, str, str]] = []
+        pending, started, n_done = list(refs), time.perf_counter(), 0
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                i = refs[ready[0]]
+                try:
+                    results[i] = ray.get(ready[0])
+                    outcome = "done"
+                except Exception as err:  # noqa: BLE001 - a failed trial (after its retry) is reported
+                    cause = getattr(err, "cause", None) or err
+                    failures.append((i, configs[i].label(), f"{type(cause).__name__}: {str(cause).splitlines()[0][:300]}"))
+                    outcome = "FAILED (after one retry)"
+                n_done += 1
+                if on_result is not None:
+                    on_result([r for r in results if r is not None])
+                spent = time.perf_counter() - started
+                announce(f"[{n_done}/{len(configs)}] {configs[i].label()} {outcome}; {spent:.0f} s so far")
+        except BaseException:
+            for ref in pending:                  # interrupted: stop what is still running
+                ray.cancel(ref, force=True)
+            raise
+        return [r for r in results if r is not None], [(label, err) for _, label, err in sorted(failures)]
+    finally:
+        if started_here:
+            ray.shutdown()
