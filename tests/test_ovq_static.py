@@ -197,6 +197,18 @@ def test_blocks_are_used_and_reused(monkeypatch):
     assert len(calls) == 6 and len(set(calls)) == 1           # one cached block for both calls
 
 
+def test_a_cached_block_serves_calls_in_inference_mode_and_under_no_grad():
+    """The block's buffers are plain tensors whichever mode created them (an inference tensor could
+    not be written by a later call under no_grad)."""
+    params = PARAMS["plateau-spread"]
+    q, k, v, beta = inputs(T=40, grad=False)
+    with torch.inference_mode():
+        o1, _ = ovq_attention(q, k, v, beta, params, static=True, block_chunks=2, capture=False)
+    with torch.no_grad():
+        o2, _ = ovq_attention(q, k, v, beta, params, static=True, block_chunks=2, capture=False)
+    assert torch.equal(o1, o2)
+
+
 def test_blocks_fall_back_where_they_cannot_run():
     """Autograd, a plasticity rule or the random init: the blocks are skipped, the result is unchanged."""
     for params in (PARAMS["random-init"], OVQParams(num_slots=6, chunk_size=4, count_cap=2.0)):

@@ -33,6 +33,7 @@ def test_the_loop_restores_torch_threads_and_follows_the_policy(monkeypatch):
         with threads.loop_threads(torch.device("cpu")) as n:
             assert n == 2
         monkeypatch.setenv("OVQ_CL_LOOP_THREADS", "auto")
+        monkeypatch.setattr(threads, "_RECHECK_S", 0.0)             # decide afresh at every call
         monkeypatch.setattr(threads, "others_running", lambda: 2)   # both cores held by others
         monkeypatch.setattr(threads, "_cores", lambda: 2)
         with threads.loop_threads(torch.device("cpu")) as n:

@@ -327,6 +327,11 @@ def _absorb_static(
       ``where`` over the N rows (O(N d) per chunk, the read is O(L N d));
     - the assignment to the new slots: scores against the L keys in rank order, ranks >= n_new -inf.
 
+    The similarity pass is a torch matmul on every backend (the Triton argmax kernel cannot mask
+    slots): on the Triton backend the dynamic path uses that kernel instead, so on a GPU the two can
+    order a near-tie differently (exact fp32 against cuBLAS, which also follows
+    ``torch.set_float32_matmul_precision``); on the CPU both are the same matmul.
+
     With a plasticity rule on, :func:`~ovq_cl.ops.ovq.plasticity.absorb_chunk_plastic` as in the
     dynamic path (it already works on the whole dictionary, but reads its per-lane used-slot count
     and the maintenance flag back to the host once per chunk).

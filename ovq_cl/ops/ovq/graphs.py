@@ -63,17 +63,21 @@ class ChunkBlock:
                  params: OVQParams, prims, n_chunks: int, capture: bool) -> None:
         B, H, L, Dk = q_like.shape
         Dv, S = v_like.shape[-1], int(n_chunks)
-        new = functools.partial(torch.zeros, dtype=q_like.dtype, device=q_like.device)
         self.params, self.prims, self.S, self.L = params, prims, S, L
-        self.q, self.k, self.v = new(B, H, S * L, Dk), new(B, H, S * L, Dk), new(B, H, S * L, Dv)
-        self.out = new(B, H, S * L, Dv)
-        self.keys, self.values = torch.zeros_like(state_like.keys), torch.zeros_like(state_like.values)
-        self.counts = torch.zeros_like(state_like.counts)
-        self.beta = torch.zeros_like(beta_like)
-        self.plan = torch.zeros(2, S, dtype=torch.int64, device=q_like.device)
-        self.graph = None
-        if capture:
-            self._capture()
+        # plain tensors whatever the caller's mode: inference tensors made here under inference_mode
+        # could not be written by a later call under no_grad
+        with torch.inference_mode(False), torch.no_grad(), _on(q_like.device):
+            new = functools.partial(torch.zeros, dtype=q_like.dtype, device=q_like.device)
+            self.q, self.k, self.v = new(B, H, S * L, Dk), new(B, H, S * L, Dk), new(B, H, S * L, Dv)
+            self.out = new(B, H, S * L, Dv)
+            self.keys, self.values = torch.zeros_like(state_like.keys), torch.zeros_like(state_like.values)
+            self.counts = torch.zeros_like(state_like.counts)
+            self.beta = torch.zeros_like(beta_like)
+            self.plan = torch.zeros(2, S, dtype=torch.int64, device=q_like.device)
+            self.graph = None
+            self._constants = ()
+            if capture:
+                self._capture()
 
     def _steps(self) -> None:
         """The S chunk steps on the buffers: read, then absorb (in place into the dictionary buffers)."""
@@ -92,7 +96,12 @@ class ChunkBlock:
                 buffer.copy_(value)
 
     def _capture(self) -> None:
-        """Warm-up (fills the op's caches of masks and index tensors outside the capture), then capture."""
+        """Warm-up (fills the op's caches of masks and index tensors outside the capture), then capture.
+
+        The graph keeps raw pointers to the cached index tensors and masks the steps use; the block
+        holds references to them so that an eviction from those caches never frees their memory."""
+        from ovq_cl.ops.ovq.chunk import _above_diagonal, _arange
+
         saved = [t.clone() for t in (self.keys, self.values, self.counts)]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -100,6 +109,8 @@ class ChunkBlock:
             for _ in range(2):
                 self._steps()
         torch.cuda.current_stream().wait_stream(stream)
+        dev = self.q.device
+        self._constants = (_arange(self.params.num_slots, dev), _arange(self.L, dev), _above_diagonal(self.L, self.L, 0, dev))
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self._steps()
@@ -112,19 +123,28 @@ class ChunkBlock:
         self.counts.copy_(state.counts)
 
     def replay(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
-               plan: List[Tuple[int, int]]) -> torch.Tensor:
+               plan: torch.Tensor) -> torch.Tensor:
         """Runs S chunks from the dictionary in the buffers. q, k: [B, H, S L, Dk]; v: [B, H, S L, Dv];
-        plan: S (active before, opened) pairs. Returns the reads [B, H, S L, Dv] (the ``out`` buffer)."""
-        self.q.copy_(q)
-        self.k.copy_(k)
-        self.v.copy_(v)
-        self.beta.copy_(beta)
-        self.plan.copy_(torch.tensor(plan, dtype=torch.int64).t())
-        if self.graph is not None:
-            self.graph.replay()
-        else:
-            self._steps()
+        plan: [2, S] int64 on the device (active before, opened). Returns the reads [B, H, S L, Dv]
+        (the ``out`` buffer, overwritten by the next replay)."""
+        with _on(self.q.device):
+            self.q.copy_(q)
+            self.k.copy_(k)
+            self.v.copy_(v)
+            self.beta.copy_(beta)
+            self.plan.copy_(plan)
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._steps()
         return self.out
+
+
+def _on(device: torch.device):
+    """The CUDA device of the tensors as the current one (streams and graphs follow the current device)."""
+    import contextlib
+
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def chunk_block(state: OVQState, q_like, v_like, beta, params: OVQParams, prims, n_chunks: int,
@@ -151,14 +171,17 @@ def run_blocks(state: OVQState, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     block = chunk_block(state, q[:, :, :L], v[:, :, :L], beta, params, prims, S, capture)
     block.load_state(state)
     plan = growth_plan(state.seen, state.n_active, total, params)
-    outs = []
+    # the whole plan on the device at once: a per-replay copy from host memory would wait for the
+    # previous replay to finish (no overlap of launching and computing)
+    plan_dev = torch.tensor(plan, dtype=torch.int64).t().contiguous().to(q.device)
+    out = q.new_empty(q.shape[:3] + (v.shape[-1],))
     for b in range(total // S):
         part = slice(b * S * L, (b + 1) * S * L)
-        outs.append(block.replay(q[:, :, part], k[:, :, part], v[:, :, part], beta, plan[b * S:(b + 1) * S]).clone())
+        out[:, :, part].copy_(block.replay(q[:, :, part], k[:, :, part], v[:, :, part], beta, plan_dev[:, b * S:(b + 1) * S]))
     n_active = plan[-1][0] + plan[-1][1] if plan else state.n_active
     state = dataclasses.replace(state, keys=block.keys.clone(), values=block.values.clone(),
                                 counts=block.counts.clone(), seen=state.seen + total * L, n_active=n_active)
-    return torch.cat(outs, dim=2), state
+    return out, state
 
 
 def capture_available(device: torch.device) -> bool:

@@ -18,12 +18,14 @@ Policies (``set_loop_threads`` or the environment variable ``OVQ_CL_LOOP_THREADS
 - an integer n >= 1: n threads inside the loop.
 
 The policy changes only how many threads compute each op, never what is computed; the tests check
-that the outputs agree across thread counts. The torch setting is restored after the loop.
+that the outputs agree across thread counts. The torch setting is restored after the loop; it is
+process-wide, so other Python threads running torch ops meanwhile share it.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Iterator, Optional, Union
 
 import torch
@@ -63,7 +65,11 @@ def threads_for(current: int, cores: int, others_running: Optional[int]) -> int:
 
 
 def others_running() -> Optional[int]:
-    """Runnable tasks of other processes right now (Linux), or None where it cannot be read."""
+    """Runnable tasks of other processes right now (Linux), or None where it cannot be read.
+
+    ``/proc/loadavg`` counts the whole host; where this process may use only some of its CPUs (a
+    cpuset, a container), the count is scaled to that share, so a busy host with our own cores idle
+    does not look busy to us (a heuristic: the load is assumed spread evenly)."""
     try:
         with open("/proc/loadavg") as fh:
             running = int(fh.read().split()[3].split("/")[0])
@@ -74,7 +80,9 @@ def others_running() -> Optional[int]:
                     ours += fh.read().rsplit(")", 1)[1].split()[0] == "R"
             except OSError:                      # a thread that ended meanwhile
                 continue
-        return max(0, running - max(ours, 1))
+        others = max(0, running - max(ours, 1))
+        host = os.cpu_count() or 1
+        return others if _cores() >= host else int(round(others * _cores() / host))
     except (OSError, ValueError, IndexError):
         return None
 
@@ -86,6 +94,20 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+_LAST: dict = {}
+_RECHECK_S = 0.1            # decode steps and layers call the loop thousands of times a second
+
+
+def _auto_threads(current: int) -> int:
+    """The 'auto' choice, decided again at most every 0.1 s (reading /proc costs ~0.1 ms per thread)."""
+    now = time.monotonic()
+    if _LAST.get("current") == current and now - _LAST.get("at", -1e9) < _RECHECK_S:
+        return _LAST["n"]
+    n = threads_for(current, _cores(), others_running())
+    _LAST.update(current=current, at=now, n=n)
+    return n
+
+
 @contextlib.contextmanager
 def loop_threads(device: torch.device) -> Iterator[int]:
     """Runs the block with the policy's thread count (CPU tensors only); yields the count used."""
@@ -94,7 +116,7 @@ def loop_threads(device: torch.device) -> Iterator[int]:
     if device.type != "cpu" or policy == "inherit":
         yield current
         return
-    n = policy if isinstance(policy, int) else threads_for(current, _cores(), others_running())
+    n = policy if isinstance(policy, int) else _auto_threads(current)
     if n == current:
         yield current
         return
