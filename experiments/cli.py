@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     study_p.add_argument("--smoke", default=None, metavar="DIR",
                          help="every command on tiny sizes (first grid value, a few steps), everything written under "
                               "DIR (its own RESULTS.md): checks the study runs end to end, not its numbers")
+    study_p.add_argument("--backend", choices=("serial", "ray"), default="serial",
+                         help="how each of the study's sweeps runs its trials (as ovq-cl sweep --backend)")
+    study_p.add_argument("--ray-address", default=None, help="as ovq-cl sweep --ray-address")
+    study_p.add_argument("--trial-cpus", type=float, default=1, help="as ovq-cl sweep --trial-cpus")
+    study_p.add_argument("--trial-gpus", type=float, default=0, help="as ovq-cl sweep --trial-gpus")
     report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
     report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
     sizes = sub.add_parser("state-sizes", parents=[plugin], help="print every mixer's state bytes per layer and lane against T")
@@ -204,7 +209,13 @@ def _dispatch(args, parser) -> int:
     elif args.command == "study":
         from experiments.report import run_study
 
-        return run_study(args.name, smoke=args.smoke)
+        from experiments.sweep import check_backend
+
+        check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
+        sweep_args = [] if args.backend == "serial" else (
+            ["--backend", args.backend, "--trial-cpus", str(args.trial_cpus), "--trial-gpus", str(args.trial_gpus)]
+            + (["--ray-address", args.ray_address] if args.ray_address else []))
+        return run_study(args.name, smoke=args.smoke, sweep_args=sweep_args)
     elif args.command == "report":
         from experiments.report import write_report
 

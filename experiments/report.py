@@ -22,7 +22,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
@@ -190,12 +190,13 @@ def smoke_repeats(spec: StudySpec) -> List[int]:
     return repeats
 
 
-def run_study(name: str, smoke: Optional[str] = None) -> int:
+def run_study(name: str, smoke: Optional[str] = None, sweep_args: Sequence[str] = ()) -> int:
     """Runs every command of the study (each an ``ovq-cl ...`` line), then rewrites RESULTS.md.
 
     ``smoke``: a folder; every command made tiny (:func:`smoke_command`), everything written under it
     (its RESULTS.md included), the project's results untouched. Searches are skipped in a smoke run
-    (they have their own test)."""
+    (they have their own test). ``sweep_args`` go to the end of every ``ovq-cl sweep`` command (e.g.
+    ``--backend ray --trial-cpus 1``: how the trials run, never what they compute)."""
     from experiments.cli import main
 
     spec = load_study(name)
@@ -221,7 +222,8 @@ def run_study(name: str, smoke: Optional[str] = None) -> int:
             if i in repeats:
                 print("(smoke: validated; runs as an earlier command but for its seeds, not run again)", flush=True)
                 continue
-            code = main(smoke_command(argv[1:], spec, smoke) if smoke else argv[1:])
+            args = smoke_command(argv[1:], spec, smoke) if smoke else argv[1:]
+            code = main(args + list(sweep_args) if argv[1] == "sweep" else args)
         if code:
             print(f"study {name}: {command!r} exited with {code}")
             return code

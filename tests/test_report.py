@@ -254,3 +254,20 @@ def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
     spec = report.StudySpec(results=["results/a.json", "results/a_rest.json"])
     raw = report._raw(spec)
     assert [d["config_id"] for d in raw] == ["id0", "id1", "id2"]
+
+
+def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, monkeypatch):
+    import experiments.cli as cli
+
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    (studies / "two.yaml").write_text(
+        "title: Two\nsetup: s\nresults: []\ncommands:\n  - \"ovq-cl sweep a.yaml --grid 'seed=0;1' --name a --out results\"\n"
+        "  - \"ovq-cl state-sizes\"\n")
+    monkeypatch.setattr(report, "STUDIES_DIR", str(studies))
+    monkeypatch.setattr(report, "write_report", lambda *a, **k: None)
+    calls = []
+    monkeypatch.setattr(cli, "main", lambda argv: calls.append(argv) or 0)
+    assert report.run_study("two", sweep_args=["--backend", "ray", "--trial-cpus", "1"]) == 0
+    assert calls == [["sweep", "a.yaml", "--grid", "seed=0;1", "--name", "a", "--out", "results", "--backend", "ray",
+                      "--trial-cpus", "1"], ["state-sizes"]]
