@@ -383,3 +383,23 @@ def test_tf32_precision_has_its_own_tolerance_and_bad_precisions_fail():
     assert ovq_triton._prec(torch.float64, "tf32") == "ieee"
     with pytest.raises(ValueError, match="precision must be one of"):
         ovq_triton.make_triton_primitives(precision="bf16x3")
+
+
+@needs_triton
+@pytest.mark.parametrize("n_active,splits", [(0, None), (1, None), (37, None), (100, 2), (150, 3)])
+def test_masked_max_similarity_kernel_equals_the_reference(n_active, splits):
+    """The static loop's argmax: only rows [0, n_active) count, read from a device scalar; dyadic keys
+    (exact dots) so values and first-index ties must agree exactly with the PyTorch reference."""
+    from ovq_cl.ops.ovq.chunk import masked_max_similarity
+
+    g = torch.Generator().manual_seed(n_active)
+    k = (torch.randint(-2, 3, (2, 3, 33, 24), generator=g).float() / 2).to(DEVICE)
+    dict_keys = (torch.randint(-2, 3, (2, 3, 150, 24), generator=g).float() / 2).to(DEVICE)
+    n = torch.tensor(n_active, device=DEVICE)
+    best, arg = ovq_triton.triton_max_similarity(k, dict_keys, splits=splits, n_active=n)
+    ref_best, ref_arg = masked_max_similarity(k, dict_keys, n)
+    assert torch.equal(best, ref_best) and torch.equal(arg, ref_arg)
+    if n_active:
+        assert torch.equal(arg, ovq_triton.triton_max_similarity(k, dict_keys[:, :, :n_active])[1])
+    else:
+        assert torch.isinf(best).all() and (arg == 0).all()

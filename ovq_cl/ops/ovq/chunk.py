@@ -98,6 +98,16 @@ def max_similarity(k: torch.Tensor, dict_keys: torch.Tensor) -> Tuple[torch.Tens
     return first_argmax(k @ dict_keys.transpose(-1, -2))
 
 
+def masked_max_similarity(k: torch.Tensor, dict_keys: torch.Tensor, n_active: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`max_similarity` over the slots ``[0, n_active)`` of the whole dictionary, the others -inf.
+
+    k: [B, H, L, Dk]; dict_keys: [B, H, N, Dk]; n_active: 0-d int64 on the device. Returns (max, first
+    argmax), both [B, H, L]; (-inf, 0) where no slot is active."""
+    s = (k @ dict_keys.transpose(-1, -2)).masked_fill_(_arange(dict_keys.shape[2], k.device) >= n_active, float("-inf"))
+    best, slot = first_argmax(s)
+    return best, torch.where(torch.isinf(best), torch.zeros_like(slot), slot)
+
+
 def first_argmax(s: torch.Tensor, block: int = 64) -> Tuple[torch.Tensor, torch.Tensor]:
     """``s.max(-1)`` (values, first index of the max) for a contiguous s [..., n], faster on CPU.
 
@@ -229,12 +239,20 @@ class OVQPrimitives:
         dictionary, both [B, H, L] (argmax int64, first index on ties); serves the spread init and
         the assignment.
     merge: the k-means step with the contract of :func:`sparse_kmeans_merge` (``inplace`` flag last).
+    masked_max_similarity: the same over the whole dictionary with slots ``>= n_active`` (a 0-d device
+        tensor) masked, for the static loop (:func:`masked_max_similarity`); the same kernel as
+        ``max_similarity`` where there is one, so both loops take the same decisions.
     """
 
     name: str
     read: Callable[..., torch.Tensor]
     max_similarity: Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
     merge: Callable[..., Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    masked_max_similarity: Callable[..., Tuple[torch.Tensor, torch.Tensor]] = None
+
+    def __post_init__(self) -> None:
+        if self.masked_max_similarity is None:
+            object.__setattr__(self, "masked_max_similarity", masked_max_similarity)
 
 
 REFERENCE = OVQPrimitives("reference", chunk_read, max_similarity, sparse_kmeans_merge)
@@ -327,10 +345,9 @@ def _absorb_static(
       ``where`` over the N rows (O(N d) per chunk, the read is O(L N d));
     - the assignment to the new slots: scores against the L keys in rank order, ranks >= n_new -inf.
 
-    The similarity pass is a torch matmul on every backend (the Triton argmax kernel cannot mask
-    slots): on the Triton backend the dynamic path uses that kernel instead, so on a GPU the two can
-    order a near-tie differently (exact fp32 against cuBLAS, which also follows
-    ``torch.set_float32_matmul_precision``); on the CPU both are the same matmul.
+    The similarity pass is the backend's masked argmax (``prims.masked_max_similarity``: on Triton
+    the dynamic path's kernel with the inactive rows masked, so both loops compute the same dot
+    products tile by tile and take the same decisions).
 
     With a plasticity rule on, :func:`~ovq_cl.ops.ovq.plasticity.absorb_chunk_plastic` as in the
     dynamic path (it already works on the whole dictionary, but reads its per-lane used-slot count
@@ -364,9 +381,8 @@ def absorb_static_tensors(
     kd = k.detach()
     slots = _arange(n_slots, dev)                                       # [N]
     active = slots < n_active_t                                         # [N] bool
-    s = (kd @ keys.detach().transpose(-1, -2)).masked_fill_(~active, float("-inf"))
-    best, slot = first_argmax(s)
-    slot = torch.where(torch.isinf(best), torch.zeros_like(slot), slot)  # no active slot: 0, as the dynamic path
+    best, slot = prims.masked_max_similarity(kd, keys.detach(), n_active_t)   # no active slot: (-inf, 0)
+    best = best.to(kd.dtype)
     if order is None:
         order = torch.sort(best, dim=-1, stable=True).indices           # all -inf: positions in order
     ranks = _arange(n_local, dev)                                       # [L]

@@ -276,10 +276,11 @@ def _read_bwd_q_kernel(
 
 @triton.jit
 def _max_sim_kernel(
-    K, DICT_K, BEST, ARG,
+    K, DICT_K, BEST, ARG, N_ACTIVE,
     sk_b, sk_h, sk_l, sdict_k_b, sdict_k_h, sdict_k_n,
     H, L, NDICT, KEY_DIM, ROWS,
     ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr, PREC: tl.constexpr,
+    MASKED: tl.constexpr,
 ):
     """Program (query block, lane x head, s): the max and first argmax over dictionary rows
     [s ROWS, (s + 1) ROWS), written to BEST[s], ARG[s] (the launcher keeps the first split holding the
@@ -291,6 +292,8 @@ def _max_sim_kernel(
     arg = tl.zeros([BLOCK_M], tl.int32)
     lo_n = split * ROWS
     hi_n = tl.minimum(NDICT, lo_n + ROWS)
+    if MASKED:                                          # rows >= n_active (read from the device) are empty
+        hi_n = tl.minimum(hi_n, tl.maximum(tl.load(N_ACTIVE).to(tl.int32), lo_n))
     for start_n in range(lo_n, hi_n, BLOCK_N):
         offs_n, col_ok = _offsets(start_n, BLOCK_N, hi_n)
         dict_k = _tile(DICT_K, b, h, sdict_k_b, sdict_k_h, sdict_k_n, offs_n, offs_kdim, col_ok, kdim_ok, ACC)
@@ -497,11 +500,13 @@ def triton_chunk_read(
 
 
 def triton_max_similarity(k: torch.Tensor, dict_keys: torch.Tensor, splits=None,
-                          precision: str = "ieee") -> Tuple[torch.Tensor, torch.Tensor]:
+                          precision: str = "ieee", n_active=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """``max_n k_i . D_k[n]`` and its first argmax without materialising the [L, n] similarities.
 
     k: [B, H, L, Dk]; dict_keys: [B, H, n, Dk] (n >= 1). Returns ([B, H, L] dtype of k, [B, H, L] int64).
     Not differentiable (the assignment is a constant for autograd). splits, precision: as the read.
+    n_active: a 0-d int64 device tensor: only rows [0, n_active) count ((-inf, 0) when it is 0), read
+    by the kernel itself, so the launch does not depend on its value (the static loop, CUDA graphs).
     """
     _check(k, dict_keys)
     k, dict_keys = _rows(k.detach()), _rows(dict_keys.detach().to(k.dtype))
@@ -513,11 +518,14 @@ def triton_max_similarity(k: torch.Tensor, dict_keys: torch.Tensor, splits=None,
     _, parts, rows = _split_rows(n, triton.cdiv(L, bm) * bsz * heads, k.device, splits)
     best = torch.empty(parts, bsz, heads, L, device=k.device, dtype=k.dtype)
     arg = torch.empty(parts, bsz, heads, L, device=k.device, dtype=torch.int64)
+    masked = n_active is not None
+    n_act = n_active.reshape(1) if masked else arg                       # a valid pointer either way
     _max_sim_kernel[(triton.cdiv(L, bm), bsz * heads, parts)](
-        k, dict_keys, best, arg,
+        k, dict_keys, best, arg, n_act,
         k.stride(0), k.stride(1), k.stride(2), dict_keys.stride(0), dict_keys.stride(1), dict_keys.stride(2),
         heads, L, n, key_dim, rows,
         ACC=_acc_dtype(k.dtype), BLOCK_M=bm, BLOCK_N=64, BLOCK_DK=_pow2(key_dim), PREC=_prec(k.dtype, precision),
+        MASKED=masked,
     )
     if parts == 1:
         return best[0], arg[0]
@@ -533,12 +541,19 @@ def make_triton_primitives(splits=None, precision: str = "ieee") -> OVQPrimitive
     if splits is None and precision == "ieee":
         return TRITON
     name = f"triton[splits={splits},precision={precision}]"
-    return OVQPrimitives(name, functools.partial(triton_chunk_read, splits=splits, precision=precision),
-                         functools.partial(triton_max_similarity, splits=splits, precision=precision),
-                         sparse_kmeans_merge)
+    sim = functools.partial(triton_max_similarity, splits=splits, precision=precision)
+    return OVQPrimitives(name, functools.partial(triton_chunk_read, splits=splits, precision=precision), sim,
+                         sparse_kmeans_merge, _masked(sim))
+
+
+def _masked(sim):
+    def masked_max_similarity(k, dict_keys, n_active):
+        return sim(k, dict_keys, n_active=n_active)
+    return masked_max_similarity
 
 
 #: the chunk loop's primitives on Triton (the k-means merge stays a torch gather/scatter-add)
-TRITON = OVQPrimitives("triton", triton_chunk_read, triton_max_similarity, sparse_kmeans_merge)
+TRITON = OVQPrimitives("triton", triton_chunk_read, triton_max_similarity, sparse_kmeans_merge,
+                       _masked(triton_max_similarity))
 
 __all__ = ["INTERPRET", "PRECISIONS", "TRITON", "make_triton_primitives", "triton_chunk_read", "triton_max_similarity"]
