@@ -53,10 +53,14 @@ def test_a_ray_sweep_gives_the_serial_sweeps_runs_and_table_and_survives_a_kille
     assert [r["run_id"] for r in records(tmp_path, "ray")] == [r["run_id"] for r in b]
 
 
-def test_backend_options_are_checked_before_anything_runs(tmp_path):
+def test_backend_options_are_checked_before_anything_runs(tmp_path, monkeypatch, capsys):
+    from experiments.cli import main
+
     (tmp_path / "cfg.yaml").write_text(CONFIG)
+    monkeypatch.chdir(tmp_path)
     for extra, message in ((["--backend", "serial", "--ray-address", "auto"], "need --backend ray"),
-                           (["--backend", "ray", "--trial-cpus", "0"], "--trial-cpus must be > 0")):
-        res, _ = sweep(tmp_path, extra[1], "bad", *extra[2:])
-        assert res.returncode == 2 and message in res.stderr, res.stderr[-1000:]
+                           (["--backend", "ray", "--trial-cpus", "0"], "--trial-cpus must be > 0"),
+                           (["--backend", "serial", "--trial-gpus", "1"], "need --backend ray")):
+        assert main(["sweep", "cfg.yaml", f"tracking.tracking_uri=sqlite:///{tmp_path / 'bad.db'}", *GRID, *extra]) == 2
+        assert message in capsys.readouterr().err
         assert not (tmp_path / "bad.db").exists()                      # no parent run was created
