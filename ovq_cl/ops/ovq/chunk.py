@@ -32,7 +32,7 @@ import torch
 
 from ovq_cl.ops.common import check_head_vector, check_qkv, check_state_shape, compute_dtype, l2norm
 from ovq_cl.ops.ovq.common import OVQParams, OVQState, empty_ovq_state, growth_target, random_init_select
-from ovq_cl.ops.ovq.plasticity import absorb_chunk_plastic
+from ovq_cl.ops.ovq.plasticity import absorb_chunk_plastic, masked_best
 from ovq_cl.ops.ovq.threads import loop_threads
 from ovq_cl.ops.recompute import recomputed, segment_runs
 
@@ -103,9 +103,7 @@ def masked_max_similarity(k: torch.Tensor, dict_keys: torch.Tensor, n_active: to
 
     k: [B, H, L, Dk]; dict_keys: [B, H, N, Dk]; n_active: 0-d int64 on the device. Returns (max, first
     argmax), both [B, H, L]; (-inf, 0) where no slot is active."""
-    s = (k @ dict_keys.transpose(-1, -2)).masked_fill_(_arange(dict_keys.shape[2], k.device) >= n_active, float("-inf"))
-    best, slot = first_argmax(s)
-    return best, torch.where(torch.isinf(best), torch.zeros_like(slot), slot)
+    return masked_best(k, dict_keys, _arange(dict_keys.shape[2], k.device) < n_active)
 
 
 def first_argmax(s: torch.Tensor, block: int = 64) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -466,6 +464,16 @@ def _updates_in_place(*tensors: torch.Tensor) -> bool:
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
+def _under_loop_threads(fn):
+    """Runs ``fn(q, ...)`` under the CPU thread policy of :mod:`~ovq_cl.ops.ovq.threads` for q's device."""
+    @functools.wraps(fn)
+    def wrapper(q, *args, **kwargs):
+        with loop_threads(q.device):
+            return fn(q, *args, **kwargs)
+    return wrapper
+
+
+@_under_loop_threads
 def ovq_chunk_loop(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, params: OVQParams,
     initial_state: Optional[OVQState] = None, output_final_state: bool = True,
@@ -494,18 +502,6 @@ def ovq_chunk_loop(
     while other processes hold cores: its many small ops would stall at OpenMP barriers); a backward
     pass runs later, under torch's own setting.
     """
-    with loop_threads(q.device):
-        return _ovq_chunk_loop(q, k, v, beta, params, initial_state, output_final_state, prims, static,
-                               block_chunks, capture)
-
-
-def _ovq_chunk_loop(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, params: OVQParams,
-    initial_state: Optional[OVQState] = None, output_final_state: bool = True,
-    prims: OVQPrimitives = REFERENCE, static: bool = False, block_chunks: int = 0,
-    capture: Optional[bool] = None,
-) -> Tuple[torch.Tensor, Optional[OVQState]]:
-    """The body of :func:`ovq_chunk_loop` (run under its thread policy)."""
     state, qn, kn, vt, beta = _prepare(q, k, v, beta, params, initial_state, "ovq_attention")
     inplace = _updates_in_place(q, k, v, beta)
     n_pending = state.pending_keys.shape[2]
