@@ -7,6 +7,7 @@ declare entry points (``ovq_cl.mixers``, ``ovq_cl.streams``, ``ovq_cl.strategies
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from typing import List, Optional
@@ -171,8 +172,18 @@ def _dispatch(args, parser) -> int:
 
         cfg = run_config(args.config, args.overrides, plugins=args.plugin)
         cfg.progress = cfg.progress or not args.quiet           # one bar per phase, on stderr
-        result = run(cfg, rerun=args.rerun, announce=_silent if args.quiet else _say)
+        from strategies import distributed
+
+        try:
+            result = run(cfg, rerun=args.rerun, announce=_silent if args.quiet else _say)
+        finally:
+            distributed.stop()
+        if distributed.launched() and os.environ.get("RANK", "0") != "0":
+            return 0                                  # under torchrun rank 0 prints the result
         _print_result(result)
+    elif args.command in ("sweep", "study") and _under_torchrun():
+        raise ValueError(f"ovq-cl {args.command} under torchrun: run each config with 'torchrun ... -m "
+                         "experiments.cli run CONFIG', or spread a sweep's trials with --backend ray")
     elif args.command == "sweep":
         from experiments.config import check_writable
         from experiments.sweep import check_backend, expand, parse_grid, run_sweep
@@ -226,6 +237,12 @@ def _dispatch(args, parser) -> int:
         lengths = [int(t) for t in args.lengths.split(",") if t.strip()]
         print(state_size_table(lengths, d_model=args.d_model, n_heads=args.heads, budget=args.budget))
     return 0
+
+
+def _under_torchrun() -> bool:
+    from strategies import distributed
+
+    return distributed.launched()
 
 
 def _say(message: str) -> None:

@@ -10,6 +10,10 @@ with the memory policy, evaluate every experience i from a copy of the carried s
 checkpoint. At the end: both forgetting definitions, the stream gate, and (streams whose facts change)
 the same scored against the facts in force. ``seed`` seeds the data too unless
 ``stream.options.seed`` is set (``experiments.config.with_data_seed``).
+
+Under torchrun (``strategies.distributed``) every rank runs this same function on its block of the
+lanes; rank 0 alone decides reuse and resumption, tracks, writes checkpoints (every lane's state) and
+prints; every rank returns the same result.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from experiments.config import RunConfig, with_data_seed
 from experiments import meta_cache
 from ovq_cl import DecoderLM, RegressionLM
 from ovq_cl.config import ModelConfig, model_config
-from strategies import forgetting
+from strategies import distributed, forgetting
 from experiments.code_version import code_version
 from strategies.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from strategies.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
@@ -154,6 +158,11 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     """
     cfg = with_data_seed(cfg.check())
     cfg.check_locations()
+    dp = distributed.start(cfg.resolved_device())     # None unless started by torchrun
+    distributed.check_divisible(**{"strategy.train_mb_size": cfg.strategy.train_mb_size,
+                                   "meta_train.batch_size": cfg.meta_train.batch_size})
+    if dp is not None and not dp.is_main:             # one voice: rank 0's
+        announce, cfg.progress = (lambda message: None), False
     started = time.perf_counter()
     seed_everything(cfg.seed)
     bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
@@ -165,12 +174,16 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}-{_slug(version)}", "last.pt")
     ckpt = None
     if cfg.checkpoint.enabled and cfg.checkpoint.resume and not rerun:
-        ckpt = _usable_checkpoint(load_latest(ckpt_path, warn=announce), cfg, announce)
+        if dp is None or dp.is_main:                  # rank 0 asks the store; the others follow its answer
+            ckpt = _usable_checkpoint(load_latest(ckpt_path, warn=announce), cfg, announce)
+        if distributed.broadcast_flag(ckpt is not None) and ckpt is None:
+            ckpt = load_latest(ckpt_path)
     if ckpt is not None and "result" in ckpt["extra"]:
         announce(f"ovq-cl: reusing finished run {ckpt['extra'].get('run_id')} ({os.path.dirname(ckpt_path)}); "
                  "pass --rerun to run again")
         return RunResult.from_record(cfg, ckpt["extra"]["result"], ckpt_path)
-    tracker = _tracker(cfg, parent_run_id, None if ckpt is None else ckpt["extra"].get("run_id"), version) or _NullTracker()
+    tracker = (_tracker(cfg, parent_run_id, None if ckpt is None else ckpt["extra"].get("run_id"), version)
+               if dp is None or dp.is_main else None) or _NullTracker()
     with tracker:
         in_stream = ckpt is not None and "meta" not in ckpt["extra"]     # past meta-training: the stream's model
         session = _new_session(cfg, bench, tracker, cfg.stream_model() if in_stream else cfg.model)
@@ -179,6 +192,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
             _close_orphans(cfg, tracker, announce)
             announce(f"ovq-cl: run {cfg.label()}: MLflow run {tracker.run_id} in {tracker.tracking_uri}; "
                      f"checkpoints in {os.path.dirname(ckpt_path) if cfg.checkpoint.enabled else '(none)'}")
+        tracker.set_tags({"world_size": 1 if dp is None else dp.world_size})     # of this attempt (a resume may differ)
         save_meta = _meta_saver(cfg, ckpt_path, session, tracker) if cfg.checkpoint.enabled else None
         if ckpt is None or "meta" in ckpt["extra"]:
             session = _start(cfg, session, bench, tracker, save_meta, resume=ckpt)
@@ -262,6 +276,7 @@ def _new_session(cfg: RunConfig, bench, tracker, model_cfg: Optional[ModelConfig
     s = cfg.strategy
     device = cfg.resolved_device()
     model.to(device)
+    distributed.prepare_model(model)       # under torchrun: rank 0's weights, VQ's EMA over the group
     extra = []
     if cfg.progress:
         from strategies.progress import ProgressPlugin
@@ -292,7 +307,10 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
     shared = None
     if cfg.checkpoint.enabled and cfg.checkpoint.share_meta:
         shared = meta_cache.meta_path(cfg, meta_cache.meta_key(cfg, getattr(bench, "meta_train_episodes", bench.meta_train)))
-    stored = meta_cache.load_meta(shared) if shared and meta_progress is None else None
+    main = distributed.active() is None or distributed.active().is_main
+    stored = meta_cache.load_meta(shared) if shared and meta_progress is None and main else None
+    if distributed.broadcast_flag(stored is not None) and stored is None:     # rank 0 found it: so do the others
+        stored = meta_cache.load_meta(shared)
     if stored is not None:                 # the same meta-training already ran: its weights, history, RNG
         session.model.load_state_dict(stored["model"])
         session.meta_history = stored["history"]
@@ -301,7 +319,7 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
     else:
         with _autocast(cfg):
             session.meta_history = _meta_train(cfg, session, bench, tracker, metric, save_meta, meta_progress)
-        if shared:
+        if shared and main:
             meta_cache.save_meta(shared, session.model, session.meta_history)
     if session.meta_history:
         tracker.log_metrics({"meta_train/final_loss": session.meta_history[-1]["loss"]}, step=0)
@@ -394,10 +412,10 @@ def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
     session.model.load_state_dict(ckpt["model"])
     if session.optimizer is not None and ckpt["optimizer"] is not None:
         session.optimizer.load_state_dict(ckpt["optimizer"])
-    if ckpt["states"] is not None:
+    if ckpt["states"] is not None:       # every lane's state: this rank's block of them (any world size)
         device = next(session.model.parameters()).device
-        session.strategy.states = [None if s is None else s.to(device)
-                                   for s in session.model.states_from_state_dicts(ckpt["states"])]
+        states = [None if s is None else s.to(device) for s in session.model.states_from_state_dicts(ckpt["states"])]
+        session.strategy.states = distributed.local_lanes(states, session.strategy.train_mb_size)
     session.results.load_state_dict(ckpt["metrics"]["results"])
     session.tokens_after = list(ckpt["metrics"]["tokens_after"])
     session.meta_history = list(ckpt["metrics"].get("meta_history", []))
@@ -411,8 +429,12 @@ def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
 
 
 def _save(path: str, session: Session, tracker, extra: Optional[Dict[str, Any]] = None) -> None:
+    """Every rank calls it (the lanes' states are gathered); rank 0 writes."""
+    states = distributed.gather_lanes(session.strategy.states)
+    if distributed.active() is not None and not distributed.active().is_main:
+        return
     save_checkpoint(
-        path, model=session.model, optimizer=session.optimizer, states=session.strategy.states,
+        path, model=session.model, optimizer=session.optimizer, states=states,
         next_experience=session.next_experience,
         metrics={"results": session.results.state_dict(), "tokens_after": session.tokens_after,
                  "meta_history": session.meta_history, "gate": session.gate, "delay": session.delay},
@@ -424,7 +446,7 @@ def _save(path: str, session: Session, tracker, extra: Optional[Dict[str, Any]] 
 def _meta_saver(cfg: RunConfig, path: str, session: Session, tracker):
     """What meta-training calls every ``checkpoint_every`` steps: a checkpoint with its progress."""
     def save(progress: Dict[str, Any]) -> None:
-        _save(path, session, tracker, extra={"meta": progress})
+        _save(path, session, tracker, extra={"meta": progress})      # no lanes carried: no collective
     return save
 
 
@@ -518,7 +540,7 @@ def _experience_metrics(session: Session, j: int, metric: str) -> Dict[str, floa
         row.update(_prefixed(results.changed_fractions(j), "current"))
     row["stream/learning_score"] = results.R[j][j]
     row["stream/tokens_per_lane"] = session.strategy.tokens_streamed
-    row.update(state_metrics(session.model, session.strategy.states))
+    row.update(state_metrics(session.model, distributed.gather_lanes(session.strategy.states)))   # every lane
     return row
 
 
@@ -544,10 +566,11 @@ def _finish(cfg: RunConfig, session: Session, bench, tracker, ckpt_path: str, wa
     final.update({f"stream_gate/{k}": float(v) for k, v in s_gate.items() if v is not None and k != "learned"})
     tracker.log_metrics(final, step=len(results.R) - 1)
     tracker.log_text(matrix_csv(results.R), "result_matrix.csv")
-    per_lane = state_metrics(session.model, session.strategy.states)
+    states = distributed.gather_lanes(session.strategy.states)          # every rank's lanes
+    per_lane = state_metrics(session.model, states)
     result = RunResult(
         cfg, metric, results.R, summary, session.tokens_after,
-        [0 if s is None else int(s.nbytes) for s in (session.strategy.states or [])],
+        [0 if s is None else int(s.nbytes) for s in (states or [])],
         tracker.run_id, ckpt_path if cfg.checkpoint.enabled else None, session.meta_history,
         R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=session.gate,
         stream_gate=s_gate, delay=session.delay, parameters=n_parameters(session.model),

@@ -43,6 +43,8 @@ def detach_states(states):
 class PersistentMemoryPlugin(SupervisedPlugin):
     """Carries ``strategy.states`` according to ``policy`` (see the module docstring)."""
 
+    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
+
     def __init__(self, policy: str = "persist") -> None:
         super().__init__()
         if policy not in POLICIES:

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ovq_cl.base import collate_episodes
+from strategies import distributed
 from strategies.scores import SequenceScore
 from strategies.step import train_step
 
@@ -37,6 +38,9 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
     weights (step, optimizer, schedule, history, running score); ``resume=progress`` (with the weights
     already restored) continues from there: the shuffled order is replayed from the seed, the steps
     already done are skipped, and the result equals an uninterrupted run's.
+
+    Under torchrun every rank draws the same batches and trains on its block of their lanes
+    (``strategies.distributed``); the logged loss and score are those of the whole batch.
     """
     if steps < 0 or batch_size < 1:
         raise ValueError(f"meta_train: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
@@ -61,14 +65,15 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
             if step < done:                       # replaying the order of a resumed run: no compute
                 step += 1
                 continue
-            loss, out, _ = train_step(model, opt, x.to(device), y.to(device), grad_clip,
+            lo, hi = _my_lanes(x.shape[0])
+            loss, out, _ = train_step(model, opt, x[lo:hi].to(device), y[lo:hi].to(device), grad_clip,
                                       where=f"in meta-training at step {step}", tbptt=tbptt)
             sched.step()
-            score.update(out, y)
+            _update_score(score, out, y, lo)
             step += 1
             bar.update()
             if step % log_every == 0 or step == steps:
-                row = {"step": step, "loss": float(loss.detach()), metric: score.result()}
+                row = {"step": step, "loss": distributed.mean_over_ranks(float(loss.detach())), metric: score.result()}
                 history.append(row)
                 score.reset()
                 if log is not None:
@@ -80,3 +85,21 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
                 break
     bar.close()
     return history
+
+
+def _my_lanes(n: int):
+    """This rank's rows of a batch of n (all of them in a single process)."""
+    dp = distributed.active()
+    return (0, n) if dp is None else dp.lane_range(n, n)
+
+
+def _update_score(score: SequenceScore, out, y, lo: int) -> None:
+    """The batch's answers into ``score``: under torchrun every rank's, gathered in lane order, so the
+    score is the whole batch's on every rank."""
+    if distributed.active() is None:
+        score.update(out, y)
+        return
+    values, episode = score.answer_values(out, y[lo:lo + out.shape[0]])
+    values = distributed.gather_rows(values)
+    episode = distributed.gather_rows(episode + lo)
+    score.update_values(values, episode, y.shape[0])

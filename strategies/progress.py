@@ -9,6 +9,8 @@ from tqdm import tqdm
 class ProgressPlugin(SupervisedPlugin):
     """One bar per training experience (minibatches) and one per evaluation (experiences)."""
 
+    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
+
     def __init__(self) -> None:
         super().__init__()
         self._bar = None

@@ -5,6 +5,7 @@
   Fisher is estimated from **per-sample** gradients, ``F = mean_i (grad loss_i)^2`` over episodes i
   (the empirical Fisher: labels from the data), not from the squared gradient of a minibatch's mean
   loss, which shrinks it by about the batch size (``fisher: minibatch`` keeps that for comparison).
+  Under torchrun the ranks share the episodes and sum their squared gradients.
 - ``SequenceReplayPlugin``: Avalanche's exemplar buffers (reservoir or experience-balanced); the
   buffer's episodes are mixed into the experience's episodes in a seeded order, so the ordered,
   fixed-lane loader still applies (Avalanche's ReplayPlugin changes the batch size, which would break
@@ -31,6 +32,7 @@ from avalanche.training.storage_policy import ExperienceBalancedBuffer, Reservoi
 from avalanche.training.utils import zerolike_params_dict
 
 from ovq_cl.base import collate_episodes, scored_mask
+from strategies import distributed
 from strategies.plugins import CheckpointedPlugin
 from strategies.scores import sequence_loss
 
@@ -93,6 +95,8 @@ class LwFOptions:
 class SequenceEWCPlugin(EWCPlugin, CheckpointedPlugin):
     """EWC (``mode`` "separate" or "online") on the sequence loss."""
 
+    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
+
     def state_dict(self) -> Dict[str, Any]:
         return {"saved_params": dict(self.saved_params), "importances": dict(self.importances)}
 
@@ -114,8 +118,11 @@ class SequenceEWCPlugin(EWCPlugin, CheckpointedPlugin):
             dataset = dataset.subset(range(min(self.fisher_episodes, len(dataset))))
         size = 1 if self.fisher == "per_sample" else batch_size
         loader = DataLoader(dataset, batch_size=size, shuffle=False, collate_fn=collate_episodes)
+        dp = distributed.active()       # under torchrun: every rank a share of the batches, then the sums
         n = 0
-        for x, y, *_ in loader:
+        for index, (x, y, *_) in enumerate(loader):
+            if dp is not None and index % dp.world_size != dp.rank:
+                continue
             optimizer.zero_grad()
             out, _ = model(x.to(device))
             sequence_loss(out, y.to(device)).backward()
@@ -124,6 +131,10 @@ class SequenceEWCPlugin(EWCPlugin, CheckpointedPlugin):
                 if p.grad is not None:
                     imp.data += p.grad.detach().pow(2)
             n += 1
+        if dp is not None:
+            n = int(distributed.all_reduce_sum(torch.tensor([float(n)]))[0])
+            for imp in importances.values():
+                imp.data = distributed.all_reduce_sum(imp.data)
         for imp in importances.values():
             imp.data /= max(n, 1)
         optimizer.zero_grad()
@@ -136,6 +147,8 @@ class SequenceReplayPlugin(CheckpointedPlugin):
 
     policy: "balanced" (ExperienceBalancedBuffer: equal share per past experience) or "reservoir".
     """
+
+    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
 
     def __init__(self, mem_size: int = 64, policy: str = "balanced", seed: int = 0) -> None:
         super().__init__()
@@ -170,6 +183,8 @@ class SequenceReplayPlugin(CheckpointedPlugin):
 
 class LanguageDistillationPlugin(CheckpointedPlugin):
     """Learning without Forgetting for sequence models: ``alpha * tau^2 * KL(p_old || p_new)``."""
+
+    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
 
     def __init__(self, alpha: float = 1.0, temperature: float = 2.0, positions: str = "all") -> None:
         super().__init__()

@@ -11,6 +11,10 @@
   minibatch m); training drops a last partial batch so that lanes never change.
 
 ``FrozenWeights`` streams experiences with no weight update: only the layers' own memory learns.
+
+Under torchrun (``strategies.distributed``) each rank takes its block of the lanes of every minibatch
+(its own carried state), weights its loss by its share of the answers and averages the gradients; in
+evaluation the outputs of every rank's lanes are gathered, so metrics see the whole minibatch.
 """
 from __future__ import annotations
 
@@ -23,8 +27,9 @@ import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.training.templates import SupervisedTemplate
 
 from ovq_cl.base import collate_episodes
+from strategies import distributed
 from strategies.scores import sequence_loss
-from strategies.step import clip_gradients, training_objective
+from strategies.step import clip_gradients, n_answers, training_objective
 
 
 class SequenceTemplate(SupervisedTemplate):
@@ -48,6 +53,7 @@ class SequenceTemplate(SupervisedTemplate):
         self.new_states = None      # what the last forward returned
         self.mb_states_in = None    # what the last forward started from (for distillation)
         self.tokens_streamed = 0    # training tokens per lane so far
+        self._whole_mbatch = None   # under torchrun: the minibatch of every rank's lanes
 
     # ------------------------------------------------------------------------------- data loading
     def make_train_dataloader(self, num_workers=0, shuffle=False, pin_memory=None, persistent_workers=False,
@@ -71,20 +77,39 @@ class SequenceTemplate(SupervisedTemplate):
         optimizer state on resume."""
 
     # -------------------------------------------------------------------------------- the step
+    def _unpack_minibatch(self):
+        super()._unpack_minibatch()
+        self._whole_mbatch = None
+        dp = distributed.active()
+        if dp is not None:               # this rank's lanes (row b of a minibatch is lane b)
+            self._whole_mbatch = self.mbatch
+            lo, hi = dp.lane_range(self.mbatch[0].shape[0], self.train_mb_size)
+            self.mbatch = [t[lo:hi] for t in self.mbatch]
+
     def forward(self):
         self.mb_states_in = self.states
-        out, self.new_states = self.model(self.mb_x, self.states)
-        return out
+        if self._whole_mbatch is None or self.is_training:
+            out, self.new_states = self.model(self.mb_x, self.states)
+            return out
+        # evaluation under torchrun: this rank's lanes (a last partial minibatch may leave it none),
+        # then every rank's outputs, so that the metrics score the whole minibatch on every rank
+        out = None
+        if self.mb_x.shape[0]:
+            out, self.new_states = self.model(self.mb_x, self.states)
+        self.mbatch = self._whole_mbatch
+        return distributed.gather_rows(out)
 
     def criterion(self):
         if not self.is_training:
             return sequence_loss(self.mb_output, self.mb_y)
         return training_objective(self.model, self.mb_output, self.mb_y,
                                   where=f"at experience {self.experience.current_experience}, "
-                                        f"iteration {self.clock.train_exp_iterations}")
+                                        f"iteration {self.clock.train_exp_iterations}",
+                                  weight=distributed.loss_weight(n_answers(self.mb_y)))
 
     def backward(self):
         super().backward()
+        distributed.average_gradients(self.model)
         clip_gradients(self.model, self.grad_clip)
 
     def _after_training_iteration(self, **kwargs):

@@ -5,7 +5,9 @@
 
 The objective is the sequence loss over scored positions (cross-entropy, or MSE for regression) plus,
 in training, the model's auxiliary loss (VQ's commitment); a non-finite value is a FloatingPointError
-that says where it happened, raised before any weight moves.
+that says where it happened, raised before any weight moves. Under torchrun (``strategies.distributed``)
+each rank's sequence loss is weighted by its share of the answers and the gradients are averaged across
+ranks before clipping: the step of one process on the whole batch.
 """
 from __future__ import annotations
 
@@ -14,12 +16,21 @@ from typing import Optional, Tuple
 import torch
 
 from ovq_cl.base import scored_mask
+from strategies import distributed
 from strategies.scores import sequence_loss
 
 
-def training_objective(model: torch.nn.Module, out: torch.Tensor, y: torch.Tensor, where: str = "") -> torch.Tensor:
-    """sequence_loss(out, y) + model.aux_loss() (when the model has one); finite or FloatingPointError."""
-    loss = sequence_loss(out, y)
+def n_answers(y: torch.Tensor) -> int:
+    """The number of scored target elements (what the sequence loss averages over)."""
+    mask = scored_mask(y)
+    return int(mask.sum()) * (int(y.shape[-1]) if y.is_floating_point() and y.dim() == mask.dim() + 1 else 1)
+
+
+def training_objective(model: torch.nn.Module, out: torch.Tensor, y: torch.Tensor, where: str = "",
+                       weight: float = 1.0) -> torch.Tensor:
+    """weight * sequence_loss(out, y) + model.aux_loss() (when the model has one); finite or
+    FloatingPointError. ``weight``: a data-parallel rank's share (``distributed.loss_weight``)."""
+    loss = sequence_loss(out, y) * weight if weight != 1.0 else sequence_loss(out, y)
     if hasattr(model, "aux_loss"):
         loss = loss + model.aux_loss()
     if not torch.isfinite(loss):
@@ -45,9 +56,10 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
     same mean objective, cut at the segment borders; with ``tbptt >= T`` it equals the full step."""
     optimizer.zero_grad(set_to_none=True)
     T = x.shape[1]
+    weight = distributed.loss_weight(n_answers(y))         # 1.0 in a single process
     if tbptt <= 0 or tbptt >= T:
         out, new_states = model(x, states)
-        loss = training_objective(model, out, y, where)
+        loss = training_objective(model, out, y, where, weight)
         loss.backward()
     else:
         scored = scored_mask(y)
@@ -56,12 +68,13 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
         for lo in range(0, T, tbptt):
             seg_out, states = model(x[:, lo:lo + tbptt], states)
             share = int(scored[:, lo:lo + tbptt].sum()) / total
-            seg_loss = training_objective(model, seg_out, y[:, lo:lo + tbptt], where) * share
+            seg_loss = training_objective(model, seg_out, y[:, lo:lo + tbptt], where, weight) * share
             seg_loss.backward()
             states = [None if s is None else s.detach() for s in states]
             outs.append(seg_out.detach())
             loss = loss + seg_loss.detach().cpu()
         out, new_states = torch.cat(outs, 1), states
+    distributed.average_gradients(model)
     clip_gradients(model, grad_clip)
     optimizer.step()
     return loss, out, new_states

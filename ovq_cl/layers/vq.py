@@ -72,6 +72,9 @@ class VQAttention(Mixer):
         self.chunk_size, self.ema_decay, self.commitment_weight, self.state_grad = chunk_size, ema_decay, commitment_weight, state_grad
         self.recompute_chunks = int(recompute_chunks)
         self.aux_loss: Optional[torch.Tensor] = None
+        # data-parallel training: the process group whose ranks sum their batch statistics before the
+        # EMA step, so every replica's codebook sees the whole batch (set by strategies.distributed)
+        self.ema_process_group = None
 
     def __getstate__(self):
         # The last commitment loss is a non-leaf tensor with its autograd graph: it belongs to the last
@@ -79,6 +82,7 @@ class VQAttention(Mixer):
         # copies) and pickled; the copy has no pending loss, as after construction.
         state = dict(super().__getstate__())
         state["aux_loss"] = None
+        state["ema_process_group"] = None       # a copy is not a replica (process groups do not pickle)
         return state
 
     def forward(self, x: torch.Tensor, state: Optional[VQState] = None) -> Tuple[torch.Tensor, VQState]:
@@ -108,6 +112,9 @@ class VQAttention(Mixer):
             1, flat_codes, torch.ones_like(flat_codes, dtype=self.ema_counts.dtype))
         sums = torch.zeros(H, S, D, device=k.device, dtype=self.ema_sums.dtype).scatter_add_(
             1, flat_codes.unsqueeze(-1).expand(-1, -1, D), flat_k)
+        if self.ema_process_group is not None:
+            torch.distributed.all_reduce(counts, group=self.ema_process_group)
+            torch.distributed.all_reduce(sums, group=self.ema_process_group)
         g = self.ema_decay
         self.ema_counts.mul_(g).add_(counts, alpha=1 - g)
         self.ema_sums.mul_(g).add_(sums, alpha=1 - g)

@@ -1,0 +1,138 @@
+"""Data-parallel runs under torchrun (strategies.distributed): two gloo processes give the result
+matrix of one process, and a run resumes with another world size.
+
+One process computes rows 0-1 of R and is killed; two processes resume it (its lanes re-sharded) and
+compute row 2; two other processes run the whole stream. Both must agree with each other on every row
+within float32 tolerance (relative 1e-4: the ranks' sums of gradients and statistics are ordered
+differently from one process's; measured differences are ~1e-6). The config exercises meta-training,
+weight training with a plugin that has state, OVQ's dictionaries, VQ's EMA codebook (its statistics
+all-reduced), and a last partial eval minibatch that leaves rank 1 no lane to compute.
+"""
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from test_extensions import ROOT, ovq_cl
+
+CONFIG = textwrap.dedent("""
+    plugins: [plugins.extension]
+    stream:
+      name: icl
+      options: {encoding: continuous, n_experiences: 3, functions_per_experience: 2, d_x: 2, d_y: 1,
+                examples_per_episode: 6, queries_per_episode: 2, train_episodes: 8, test_episodes: 6}
+    model:
+      d_model: 16
+      n_layers: 2
+      n_heads: 2
+      layers: [ovq, vq]
+      mixers: {ovq: {num_slots: 16, chunk_size: 4}, vq: {codebook_size: 8, chunk_size: 4}}
+    strategy: {name: anchor, lr: 0.01, train_mb_size: 4, options: {strength: 0.05}}
+    meta_train: {steps: 4, batch_size: 4, lr: 3.0e-3}
+    gate: {episodes: 4}
+""")
+
+
+def torchrun(tmp, *args, env=None):
+    environment = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "tests"), "OMP_NUM_THREADS": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "experiments.cli", *args]
+    return subprocess.run(cmd, cwd=tmp, env=environment, capture_output=True, text=True, timeout=300)
+
+
+def checkpoint(tmp, store):
+    import ovq_cl.base.avalanche_compat  # noqa: F401
+    from strategies.checkpoint import load_checkpoint
+
+    (path,) = glob.glob(os.path.join(tmp, "ckpt", store, "*", "last.pt"))
+    return load_checkpoint(path)
+
+
+@pytest.mark.slow
+def test_two_processes_give_one_process_R_and_a_run_resumes_with_another_world_size(tmp_path):
+    from experiments.tracking import runs_table
+
+    (tmp_path / "cfg.yaml").write_text(CONFIG)
+
+    def args(store):
+        return ["run", "cfg.yaml", f"tracking.tracking_uri=sqlite:///{tmp_path / (store + '.db')}",
+                f"checkpoint.dir=ckpt/{store}", "--quiet"]
+
+    killed = ovq_cl(tmp_path, *args("mixed"), env={"EXTENSION_KILL_BEFORE": "2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    one = checkpoint(tmp_path, "mixed")
+    assert one["next_experience"] == 2                                 # rows 0-1 by one process
+    resumed = torchrun(tmp_path, *args("mixed"))
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    two = torchrun(tmp_path, *args("two"))
+    assert two.returncode == 0, (two.stdout + two.stderr)[-3000:]
+    assert two.stdout.count("MLflow run:") == 1                        # rank 0 alone prints the result
+
+    mixed, whole = checkpoint(tmp_path, "mixed"), checkpoint(tmp_path, "two")
+    r_mixed = np.array(mixed["metrics"]["results"]["R"], dtype=float)
+    r_two = np.array(whole["metrics"]["results"]["R"], dtype=float)
+    assert r_two.shape == (3, 3) and np.isfinite(r_two).all()
+    np.testing.assert_allclose(r_mixed, r_two, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.array(one["metrics"]["results"]["R"][:2], dtype=float), r_two[:2],
+                               rtol=1e-4, atol=1e-6)
+    # the checkpoint holds every lane's state (gathered from both ranks), whatever the world size
+    for a, b in zip(mixed["states"], whole["states"]):
+        for key in ("keys", "values", "counts"):
+            if key in a.get("mixer", {}):
+                assert a["mixer"][key].shape[0] == 4
+                np.testing.assert_allclose(a["mixer"][key].numpy(), b["mixer"][key].numpy(), rtol=1e-3, atol=1e-4)
+    # one MLflow run per store (rank 1 tracks nothing), finished, with the world size of its last attempt
+    for store, tags in (("mixed", {"world_size": "2", "resumed_at_experience": "2"}), ("two", {"world_size": "2"})):
+        runs = runs_table("ovq-cl", f"sqlite:///{tmp_path / (store + '.db')}")
+        assert [r["status"] for r in runs] == ["FINISHED"], runs
+        assert all(runs[0]["tags"].get(k) == v for k, v in tags.items()), runs[0]["tags"]
+
+
+def test_batches_must_split_across_the_ranks_and_sweeps_are_refused_under_torchrun(tmp_path, monkeypatch, capsys):
+    from experiments.cli import main
+    from strategies import distributed
+
+    assert distributed.DataParallel(1, 2, 1, "gloo").lane_range(4, 4) == (2, 4)
+    assert distributed.DataParallel(1, 2, 1, "gloo").lane_range(2, 4) == (2, 2)     # a partial batch: none
+    assert distributed.DataParallel(0, 2, 0, "gloo").lane_range(3, 4) == (0, 2)
+    monkeypatch.setattr(distributed, "_ACTIVE", distributed.DataParallel(0, 3, 0, "gloo"))
+    with pytest.raises(ValueError, match="strategy.train_mb_size=4 does not split across 3 processes"):
+        distributed.check_divisible(**{"strategy.train_mb_size": 4})
+    monkeypatch.setattr(distributed, "_ACTIVE", None)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    (tmp_path / "cfg.yaml").write_text(CONFIG)
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "cfg.yaml", "--grid", "seed=0;1"]) == 2
+    assert "under torchrun" in capsys.readouterr().err
+
+
+def test_rank_weights_make_the_mean_of_local_losses_the_whole_batchs_loss(monkeypatch):
+    """Two ranks simulated in one process: rank r's loss weighted by loss_weight (W n_r / N) and averaged
+    over ranks (what averaging the gradients does) is the loss of the whole batch, also when the ranks'
+    lanes hold different numbers of scored answers."""
+    import torch
+
+    from strategies import distributed
+    from strategies.scores import sequence_loss
+    from strategies.step import n_answers
+
+    torch.manual_seed(0)
+    out, y = torch.randn(4, 6, 5, dtype=torch.float64), torch.randint(0, 5, (4, 6))
+    y[0, :5] = -100                                    # rank 0's lanes: 7 answers, rank 1's: 12
+    halves = [(out[:2], y[:2]), (out[2:], y[2:])]
+    counts = [n_answers(h[1]) for h in halves]
+    assert counts == [7, 12]
+    weighted = []
+    for rank, (o, t) in enumerate(halves):
+        monkeypatch.setattr(distributed, "_ACTIVE", distributed.DataParallel(rank, 2, rank, "gloo"))
+        monkeypatch.setattr(distributed, "all_reduce_sum", lambda t, other=counts[1 - rank]: t + other)
+        weighted.append(distributed.loss_weight(n_answers(t)) * sequence_loss(o, t))
+    torch.testing.assert_close(sum(weighted) / 2, sequence_loss(out, y))
+    yf = torch.randn(4, 6, 3, dtype=torch.float64)
+    yf[1, 2:] = float("nan")                           # regression targets: answers count every output dim
+    assert n_answers(yf[:2]) == 8 * 3 and n_answers(yf[2:]) == 12 * 3
