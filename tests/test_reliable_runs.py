@@ -98,7 +98,7 @@ def test_sigterm_marks_the_run_killed_and_meta_training_resumes_to_the_same_resu
     resumes meta-training from its checkpoint and ends with the same R as an uninterrupted run."""
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     args = [sys.executable, "-m", "experiments.cli", "run", os.path.join(ROOT, "experiments/configs/icr_frozen.yaml"),
-            "model.d_model=32", "model.n_heads=2", "meta_train.steps=120", "meta_train.checkpoint_every=20",
+            "model.d_model=32", "model.n_heads=2", "meta_train.steps=40", "meta_train.checkpoint_every=10",
             "stream.options.train_episodes=16", f"tracking.tracking_uri={uri}"]
     env = {**os.environ, "PYTHONPATH": ROOT}
     proc = subprocess.Popen(args + ["checkpoint.dir=killed"], cwd=tmp_path, env=env,
