@@ -31,7 +31,7 @@ from strategies.checkpoint import rng_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 META_CODE = ("ovq_cl", "streams", "strategies/__init__.py", "strategies/meta.py", "strategies/scores.py",
-             "strategies/step.py", "pyproject.toml", "constraints.txt")
+             "strategies/step.py", "strategies/distributed.py", "pyproject.toml", "constraints.txt")
 META_CACHE_VERSION = 1            # bump when the runner's call of meta_train changes
 _CODE_HASH: Optional[str] = None
 
@@ -53,15 +53,18 @@ def meta_code_hash() -> str:
     return _CODE_HASH
 
 
-def meta_key(cfg, meta_dataset, version: Optional[str] = None) -> str:
+def meta_key(cfg, meta_dataset, version: Optional[str] = None, world_size: int = 1) -> str:
     """A hex digest of what meta-training of ``cfg`` reads (module docstring); ``meta_dataset`` yields
-    items (x, y, ...) of tensors; ``version``: the code's (default :func:`meta_code_hash`)."""
+    items (x, y, ...) of tensors; ``version``: the code's (default :func:`meta_code_hash`);
+    ``world_size``: the data-parallel ranks that meta-train (not in the key of one process)."""
     d = cfg.to_dict()
     what = {
         "seed": d["seed"], "model": d["model"], "stream": cfg.stream.name, "plugins": d.get("plugins"),
         "meta_train": {k: v for k, v in d["meta_train"].items() if k != "checkpoint_every"},
         "device": cfg.resolved_device(), "precision": cfg.precision, "code": version or meta_code_hash(),
     }
+    if world_size > 1:          # ranks sum in another order: their weights are not bitwise one process's
+        what["world_size"] = world_size
     h = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode())
     n = 0 if meta_dataset is None else len(meta_dataset)
     h.update(f"items={n}".encode())

@@ -13,7 +13,7 @@ the same scored against the facts in force. ``seed`` seeds the data too unless
 
 Under torchrun (``strategies.distributed``) every rank runs this same function on its block of the
 lanes; rank 0 alone decides reuse and resumption, tracks, writes checkpoints (every lane's state) and
-prints; every rank returns the same result.
+prints; every rank returns the same R (only rank 0's result names the MLflow run).
 """
 from __future__ import annotations
 
@@ -159,6 +159,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     cfg = with_data_seed(cfg.check())
     cfg.check_locations()
     dp = distributed.start(cfg.resolved_device())     # None unless started by torchrun
+    distributed.check_device(cfg.resolved_device())
     distributed.check_divisible(**{"strategy.train_mb_size": cfg.strategy.train_mb_size,
                                    "meta_train.batch_size": cfg.meta_train.batch_size})
     if dp is not None and not dp.is_main:             # one voice: rank 0's
@@ -170,6 +171,8 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     if bench.info.vocab_size is not None:
         cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
     check_after_meta(cfg, bench.info)
+    if dp is not None:
+        check_data_parallel_models(cfg, bench.info)
     version = code_version()
     ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}-{_slug(version)}", "last.pt")
     ckpt = None
@@ -178,6 +181,9 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
             ckpt = _usable_checkpoint(load_latest(ckpt_path, warn=announce), cfg, announce)
         if distributed.broadcast_flag(ckpt is not None) and ckpt is None:
             ckpt = load_latest(ckpt_path)
+            if ckpt is None:
+                raise FileNotFoundError(f"torchrun: rank {dp.rank} cannot read the checkpoint rank 0 resumes "
+                                        f"({ckpt_path}); every rank needs the checkpoint folder (a shared path)")
     if ckpt is not None and "result" in ckpt["extra"]:
         announce(f"ovq-cl: reusing finished run {ckpt['extra'].get('run_id')} ({os.path.dirname(ckpt_path)}); "
                  "pass --rerun to run again")
@@ -250,6 +256,18 @@ def check_after_meta(cfg: RunConfig, info) -> None:
                              "parameter can change after meta-training")
 
 
+def check_data_parallel_models(cfg: RunConfig, info) -> None:
+    """Under torchrun: neither the meta-training nor the stream's model may have an option that shards
+    wrongly (``distributed.check_mixer_options``); one line, before any compute."""
+    state = rng_state()
+    try:
+        with torch.device("meta"):
+            for model in (cfg.model, cfg.stream_model()):
+                distributed.check_mixer_options(build_model(cfg, info, model))
+    finally:
+        set_rng_state(state)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -276,6 +294,7 @@ def _new_session(cfg: RunConfig, bench, tracker, model_cfg: Optional[ModelConfig
     s = cfg.strategy
     device = cfg.resolved_device()
     model.to(device)
+    distributed.check_mixer_options(model)
     distributed.prepare_model(model)       # under torchrun: rank 0's weights, VQ's EMA over the group
     extra = []
     if cfg.progress:
@@ -306,11 +325,16 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
         tracker.set_tags({"resumed_at_meta_step": meta_progress["step"]})
     shared = None
     if cfg.checkpoint.enabled and cfg.checkpoint.share_meta:
-        shared = meta_cache.meta_path(cfg, meta_cache.meta_key(cfg, getattr(bench, "meta_train_episodes", bench.meta_train)))
+        dp = distributed.active()
+        shared = meta_cache.meta_path(cfg, meta_cache.meta_key(cfg, getattr(bench, "meta_train_episodes", bench.meta_train),
+                                                               world_size=1 if dp is None else dp.world_size))
     main = distributed.active() is None or distributed.active().is_main
     stored = meta_cache.load_meta(shared) if shared and meta_progress is None and main else None
     if distributed.broadcast_flag(stored is not None) and stored is None:     # rank 0 found it: so do the others
         stored = meta_cache.load_meta(shared)
+        if stored is None:
+            raise FileNotFoundError(f"torchrun: a rank cannot read the shared meta-training {shared} that rank 0 "
+                                    "loaded; every rank needs the checkpoint folder (a shared path)")
     if stored is not None:                 # the same meta-training already ran: its weights, history, RNG
         session.model.load_state_dict(stored["model"])
         session.meta_history = stored["history"]

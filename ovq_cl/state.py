@@ -12,7 +12,7 @@ a number back from the device). The base class gives all of them the same behavi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional, Type, TypeVar
+from typing import Any, Callable, ClassVar, Dict, Optional, Type, TypeVar
 
 import torch
 
@@ -21,7 +21,13 @@ S = TypeVar("S", bound="MixerState")
 
 @dataclasses.dataclass
 class MixerState:
-    """Base class of all mixer states. Subclasses are dataclasses of tensors and ints."""
+    """Base class of all mixer states. Subclasses are dataclasses of tensors and ints.
+
+    Tensors hold lanes on dim 0. An int field is a summary over the lanes: the same for every lane
+    (``seen``) unless ``LANE_REDUCTIONS`` says how the lanes' values combine (``"max"``, ``"sum"``),
+    which is what joining the lanes of several states (data-parallel ranks) has to know."""
+
+    LANE_REDUCTIONS: ClassVar[Dict[str, str]] = {}
 
     def _map(self: S, fn: Callable[[torch.Tensor], torch.Tensor]) -> S:
         changes: Dict[str, Any] = {}

@@ -29,6 +29,7 @@ collectives (:func:`active` is None).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 from dataclasses import dataclass
@@ -114,6 +115,26 @@ def check_divisible(**sizes: int) -> None:
                              f"(make it a multiple of the world size)")
 
 
+def check_device(device: str) -> None:
+    """Under torchrun each rank takes GPU ``LOCAL_RANK``: a device naming one GPU for all is refused."""
+    if active() is not None and device.startswith("cuda:"):
+        raise ValueError(f"torchrun: device {device!r} puts every rank on one GPU; use device: cuda "
+                         "(each rank takes GPU LOCAL_RANK)")
+
+
+def check_mixer_options(model: torch.nn.Module) -> None:
+    """Options that would make the ranks compute what one process does not, refused before compute:
+    OVQ's ``init: random`` draws one row of noise per lane of the call, so rank r's lanes would get
+    the rows of lanes 0.. instead of their own."""
+    if active() is None:
+        return
+    for m in model.modules():
+        options = getattr(m, "options", None)
+        if getattr(options, "init", None) == "random":
+            raise ValueError(f"torchrun: {type(m).__name__} with init 'random' draws its noise per lane of a "
+                             "call, which differs when the lanes are sharded; use init 'spread' or one process")
+
+
 # ------------------------------------------------------------------------------------ collectives
 
 
@@ -195,22 +216,64 @@ def gather_rows(t: Optional[torch.Tensor]) -> torch.Tensor:
     return torch.cat([p[:n] for p, n in zip(parts, rows)]).to(device)
 
 
+def _with_ints(state, combine):
+    """``state`` with each int field of it (and of nested states) replaced by ``combine(value, how)``,
+    ``how`` from the state class's ``LANE_REDUCTIONS`` ("max", "sum", or None: the same in every lane)."""
+    changes = {}
+    for f in dataclasses.fields(state):
+        value = getattr(state, f.name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            changes[f.name] = combine(value, type(state).LANE_REDUCTIONS.get(f.name))
+        elif dataclasses.is_dataclass(value) and hasattr(value, "LANE_REDUCTIONS"):
+            changes[f.name] = _with_ints(value, combine)
+    return dataclasses.replace(state, **changes)
+
+
+def _reduce_int(value: int, how: Optional[str]) -> int:
+    dp = active()
+    if how is None:
+        return value                                   # the same in every lane, so on every rank
+    buf = torch.tensor([value], dtype=torch.int64, device=dp.comm_device)
+    dist.all_reduce(buf, op=dist.ReduceOp.MAX if how == "max" else dist.ReduceOp.SUM)
+    return int(buf.item())
+
+
 def gather_lanes(states: Optional[Sequence[Any]]) -> Optional[list]:
-    """Every rank's lanes of the carried states, concatenated in rank order (for a checkpoint that any
-    world size can resume). Collective: every rank calls it with states of the same structure."""
+    """Every rank's lanes of the carried states, concatenated in rank order, with the ints summarising
+    the lanes combined as the state says (``MixerState.LANE_REDUCTIONS``: OVQ's ``n_active`` is the
+    longest prefix over all lanes, its merge and eviction counters are sums): the state one process
+    would carry, for a checkpoint that any world size can resume and for statistics over every lane.
+    Collective: every rank calls it with states of the same structure."""
     if active() is None or states is None:
         return None if states is None else list(states)
     # lanes are dim 0 of every state tensor (as strategies.memory.select_lanes slices them); 0-d ones are shared
-    return [None if s is None else s._map(lambda x: gather_rows(x) if x.dim() else x) for s in states]
+    return [None if s is None else _with_ints(s._map(lambda x: gather_rows(x) if x.dim() else x), _reduce_int)
+            for s in states]
 
 
 def local_lanes(states: Optional[Sequence[Any]], lanes: int) -> Optional[list]:
-    """This rank's block of the lanes of full states (as :meth:`DataParallel.lane_range`)."""
+    """This rank's block of the lanes of full states (as :meth:`DataParallel.lane_range`). Summed counters
+    stay with rank 0 (so that gathering again counts them once); maxima and shared ints stay as they are
+    (a longer prefix than a rank's lanes use is read as empty slots)."""
     dp = active()
     if dp is None or states is None:
         return None if states is None else list(states)
     lo, hi = dp.lane_range(lanes, lanes)
-    return [None if s is None else s._map(lambda x: x[lo:hi] if x.dim() else x) for s in states]
+
+    def keep(value: int, how: Optional[str]) -> int:
+        return 0 if how == "sum" and not dp.is_main else value
+
+    return [None if s is None else _with_ints(s._map(lambda x: x[lo:hi] if x.dim() else x), keep) for s in states]
+
+
+def all_ranks(flag: bool) -> bool:
+    """True when ``flag`` holds on every rank (e.g. a finite loss: so that all ranks raise together)."""
+    dp = active()
+    if dp is None:
+        return flag
+    buf = torch.tensor([1.0 if flag else 0.0], device=dp.comm_device)
+    dist.all_reduce(buf, op=dist.ReduceOp.MIN)
+    return bool(buf.item())
 
 
 def broadcast_flag(flag: bool) -> bool:

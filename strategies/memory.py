@@ -40,10 +40,8 @@ def detach_states(states):
     return None if states is None else [None if s is None else s.detach() for s in states]
 
 
-class PersistentMemoryPlugin(SupervisedPlugin):
+class PersistentMemoryPlugin(SupervisedPlugin, supports_distributed=True):
     """Carries ``strategy.states`` according to ``policy`` (see the module docstring)."""
-
-    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
 
     def __init__(self, policy: str = "persist") -> None:
         super().__init__()

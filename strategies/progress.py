@@ -6,10 +6,8 @@ from avalanche.core import SupervisedPlugin
 from tqdm import tqdm
 
 
-class ProgressPlugin(SupervisedPlugin):
+class ProgressPlugin(SupervisedPlugin, supports_distributed=True):
     """One bar per training experience (minibatches) and one per evaluation (experiences)."""
-
-    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
 
     def __init__(self) -> None:
         super().__init__()

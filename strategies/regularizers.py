@@ -92,10 +92,8 @@ class LwFOptions:
             raise ValueError(f"lwf: positions must be 'all' or 'scored', got {self.positions!r}")
 
 
-class SequenceEWCPlugin(EWCPlugin, CheckpointedPlugin):
+class SequenceEWCPlugin(EWCPlugin, CheckpointedPlugin, supports_distributed=True):
     """EWC (``mode`` "separate" or "online") on the sequence loss."""
-
-    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
 
     def state_dict(self) -> Dict[str, Any]:
         return {"saved_params": dict(self.saved_params), "importances": dict(self.importances)}
@@ -142,13 +140,11 @@ class SequenceEWCPlugin(EWCPlugin, CheckpointedPlugin):
         return importances
 
 
-class SequenceReplayPlugin(CheckpointedPlugin):
+class SequenceReplayPlugin(CheckpointedPlugin, supports_distributed=True):
     """Replays ``mem_size`` stored episodes with every new experience.
 
     policy: "balanced" (ExperienceBalancedBuffer: equal share per past experience) or "reservoir".
     """
-
-    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
 
     def __init__(self, mem_size: int = 64, policy: str = "balanced", seed: int = 0) -> None:
         super().__init__()
@@ -181,10 +177,8 @@ class SequenceReplayPlugin(CheckpointedPlugin):
         self.storage.post_adapt(strategy, strategy.experience)
 
 
-class LanguageDistillationPlugin(CheckpointedPlugin):
+class LanguageDistillationPlugin(CheckpointedPlugin, supports_distributed=True):
     """Learning without Forgetting for sequence models: ``alpha * tau^2 * KL(p_old || p_new)``."""
-
-    supports_distributed = True     # Avalanche's flag: rank-safe under strategies.distributed
 
     def __init__(self, alpha: float = 1.0, temperature: float = 2.0, positions: str = "all") -> None:
         super().__init__()
@@ -231,6 +225,8 @@ class LanguageDistillationPlugin(CheckpointedPlugin):
         tau = self.temperature
         kl = F.kl_div(F.log_softmax(new_out / tau, -1), F.log_softmax(old_out / tau, -1), log_target=True,
                       reduction="batchmean")
+        if self.positions == "scored" and distributed.active() is not None:
+            kl = kl * distributed.loss_weight(int(new_out.shape[0]))     # a mean over every rank's answers
         strategy.loss = strategy.loss + self.alpha * tau * tau * kl
 
     def after_training_exp(self, strategy, **kwargs):

@@ -105,7 +105,8 @@ class SequenceTemplate(SupervisedTemplate):
         return training_objective(self.model, self.mb_output, self.mb_y,
                                   where=f"at experience {self.experience.current_experience}, "
                                         f"iteration {self.clock.train_exp_iterations}",
-                                  weight=distributed.loss_weight(n_answers(self.mb_y)))
+                                  weight=distributed.loss_weight(n_answers(self.mb_y))
+                                  if distributed.active() is not None else 1.0)
 
     def backward(self):
         super().backward()

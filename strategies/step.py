@@ -27,14 +27,20 @@ def n_answers(y: torch.Tensor) -> int:
 
 
 def training_objective(model: torch.nn.Module, out: torch.Tensor, y: torch.Tensor, where: str = "",
-                       weight: float = 1.0) -> torch.Tensor:
-    """weight * sequence_loss(out, y) + model.aux_loss() (when the model has one); finite or
-    FloatingPointError. ``weight``: a data-parallel rank's share (``distributed.loss_weight``)."""
-    loss = sequence_loss(out, y) * weight if weight != 1.0 else sequence_loss(out, y)
+                       weight: float = 1.0, aux_weight: float = 1.0) -> torch.Tensor:
+    """weight * sequence_loss(out, y) + aux_weight * model.aux_loss() (when the model has one); finite or
+    FloatingPointError (under torchrun on every rank at once, whichever rank's lanes overflowed).
+    ``weight``: a data-parallel rank's share of the answers (``distributed.loss_weight``)."""
+    loss = sequence_loss(out, y)
+    if weight != 1.0:
+        loss = loss * weight
     if hasattr(model, "aux_loss"):
-        loss = loss + model.aux_loss()
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"non-finite loss {float(loss.detach())}{' ' + where if where else ''}")
+        aux = model.aux_loss()
+        loss = loss + (aux * aux_weight if aux_weight != 1.0 else aux)
+    finite = bool(torch.isfinite(loss))
+    if not distributed.all_ranks(finite):
+        raise FloatingPointError(f"non-finite loss {float(loss.detach()) if not finite else 'on another rank'}"
+                                 f"{' ' + where if where else ''}")
     return loss
 
 
@@ -56,19 +62,32 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
     same mean objective, cut at the segment borders; with ``tbptt >= T`` it equals the full step."""
     optimizer.zero_grad(set_to_none=True)
     T = x.shape[1]
-    weight = distributed.loss_weight(n_answers(y))         # 1.0 in a single process
+    dp = distributed.active()
     if tbptt <= 0 or tbptt >= T:
+        weight = distributed.loss_weight(n_answers(y)) if dp is not None else 1.0
         out, new_states = model(x, states)
         loss = training_objective(model, out, y, where, weight)
         loss.backward()
     else:
         scored = scored_mask(y)
         total = max(int(scored.sum()), 1)
+        starts = list(range(0, T, tbptt))
+        if dp is not None:
+            # segment s weighs W n_rs / N in the sequence loss (n_rs: this rank's answers in it) and
+            # n_s / N in the auxiliary loss (n_s: every rank's), as one process on all lanes would
+            mine = torch.tensor([float(n_answers(y[:, lo:lo + tbptt])) for lo in starts], dtype=torch.float64)
+            every = distributed.all_reduce_sum(mine)
+            n_all = max(float(every.sum()), 1.0)
         outs, loss = [], torch.zeros(())
-        for lo in range(0, T, tbptt):
+        for s, lo in enumerate(starts):
             seg_out, states = model(x[:, lo:lo + tbptt], states)
-            share = int(scored[:, lo:lo + tbptt].sum()) / total
-            seg_loss = training_objective(model, seg_out, y[:, lo:lo + tbptt], where, weight) * share
+            if dp is None:
+                share = int(scored[:, lo:lo + tbptt].sum()) / total
+                seg_loss = training_objective(model, seg_out, y[:, lo:lo + tbptt], where) * share
+            else:
+                seg_loss = training_objective(model, seg_out, y[:, lo:lo + tbptt], where,
+                                              weight=dp.world_size * float(mine[s]) / n_all,
+                                              aux_weight=float(every[s]) / n_all)
             seg_loss.backward()
             states = [None if s is None else s.detach() for s in states]
             outs.append(seg_out.detach())

@@ -141,6 +141,8 @@ class OVQState(MixerState):
     merges: int = 0
     evictions: int = 0
 
+    LANE_REDUCTIONS = {"n_active": "max", "merges": "sum", "evictions": "sum"}
+
     @property
     def tokens_seen(self) -> int:
         """Tokens absorbed plus tokens pending."""
