@@ -32,6 +32,14 @@ IGNORED_PREFIXES = ("tracking.", "checkpoint.", "output_dir", "progress")
 # settings that change no measured number, only how the stored gates are combined (which a report
 # recomputes with the current rule, :func:`learned_from_gates`): runs differing only here are one config
 REPORTING_KEYS = ("gate.delay",)
+# params that newer code logs with a value meaning "absent" (runs logged before the key existed lack
+# it): such a value is dropped, so that old and new runs of one config stay one config (as in
+# RunConfig.identity, which drops an empty after_meta)
+ABSENT_VALUES = {"after_meta.model": "{}"}
+
+
+def _params(p: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in p.items() if ABSENT_VALUES.get(k, object()) != v}
 
 
 @dataclass
@@ -80,7 +88,7 @@ def learned_from_gates(d: Dict[str, Any]) -> Optional[bool]:
 def record_from_json(d: Dict[str, Any]) -> RunRecord:
     """A record from ``RunResult.record()`` (the sweep's JSON, MLflow's ``results.json``)."""
     return RunRecord(
-        label=d["label"], params=dict(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
+        label=d["label"], params=_params(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
         summary_current=dict(d.get("summary_current") or {}), learned=learned_from_gates(d),
         gate_skill=_num((d.get("gate") or {}).get("skill")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
@@ -99,7 +107,7 @@ def record_from_mlflow(row: Dict[str, Any]) -> RunRecord:
     flag = {"true": True, "false": False}.get(tags.get("learned_overall", ""), None)
     layers = sorted((k for k in m if k.startswith("state_bytes/layer")), key=lambda k: int(k.rsplit("layer", 1)[1]))
     return RunRecord(
-        label=row.get("run_name", ""), params=dict(p), metric=tags.get("metric", "?"),
+        label=row.get("run_name", ""), params=_params(p), metric=tags.get("metric", "?"),
         summary={k[len("final/"):]: v for k, v in m.items() if k.startswith("final/")},
         summary_current={k[len("final_current/"):]: v for k, v in m.items() if k.startswith("final_current/")},
         learned=flag, gate_skill=_num(m.get("gate/skill")), stream_skill=_num(m.get("stream_gate/skill")),

@@ -271,3 +271,16 @@ def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, mo
     assert report.run_study("two", sweep_args=["--backend", "ray", "--trial-cpus", "1"]) == 0
     assert calls == [["sweep", "a.yaml", "--grid", "seed=0;1", "--name", "a", "--out", "results", "--backend", "ray",
                       "--trial-cpus", "1"], ["state-sizes"]]
+
+
+def test_runs_logged_before_and_after_a_key_existed_are_one_config():
+    """Newer code logs ``after_meta.model={}`` (nothing after meta-training); runs of the same config
+    logged before the key existed lack it. Their records must carry the same params (else a verdict row
+    pairing them is labelled by the difference), and a real after-meta override must stay visible."""
+    from experiments.compare import record_from_json
+
+    old, new, rule = _run("ovq", 0, [[1.0]]), _run("ovq", 0, [[1.0]]), _run("ovq", 0, [[1.0]])
+    new["params"]["after_meta.model"] = "{}"
+    rule["params"]["after_meta.model.mixers.ovq.count_decay"] = "0.99"          # as flatten_config writes it
+    assert record_from_json(new).params == record_from_json(old).params
+    assert record_from_json(rule).params["after_meta.model.mixers.ovq.count_decay"] == "0.99"
