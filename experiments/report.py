@@ -399,8 +399,11 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
 
     from experiments.statistics import mean_interval
 
+    from strategies.scores import higher_is_better
+
     parts = _partitions(records, partition, partition_default)
     fig, axes = plt.subplots(1, len(parts), figsize=(5.2 * len(parts), 4.8), squeeze=False)
+    colors, handles = {}, {}               # one colour per configuration across the panels, one legend
     for ax, (value, subset) in zip(axes[0], parts):
         groups = compare.group_records(subset)
         names = _config_names(groups)
@@ -412,21 +415,28 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
                 continue
             f = mean_interval([r.summary.get("forgetting_max", float("nan")) for r in learned])
             ell = mean_interval([r.summary.get("learning_average", float("nan")) for r in learned])
-            ax.errorbar([f.mean], [ell.mean],
-                        xerr=[[f.mean - f.low if f.n > 1 else 0], [f.high - f.mean if f.n > 1 else 0]],
-                        yerr=[[ell.mean - ell.low if ell.n > 1 else 0], [ell.high - ell.mean if ell.n > 1 else 0]],
-                        marker="o", capsize=3, label=f"{names[key]} (n={len(learned)})")
+            color = colors.setdefault(names[key], f"C{len(colors) % 10}")
+            marker = "os^D"[(len(colors) - 1) // 10 % 4]
+            line = ax.errorbar([f.mean], [ell.mean],
+                               xerr=[[f.mean - f.low if f.n > 1 else 0], [f.high - f.mean if f.n > 1 else 0]],
+                               yerr=[[ell.mean - ell.low if ell.n > 1 else 0], [ell.high - ell.mean if ell.n > 1 else 0]],
+                               marker=marker, capsize=3, color=color)
+            handles.setdefault(names[key], line)
+        metrics = {r.metric for r in subset}
+        higher = all(higher_is_better(m) for m in metrics if m != "?")
         ax.set_xlabel("forgetting_max (lower: more stable)")
-        ax.set_ylabel("learning score, mean R[j][j] (higher: more plastic)")
+        ax.set_ylabel(f"learning score, mean R[j][j] ({'higher' if higher else 'lower'}: more plastic)\n"
+                      f"{', '.join(sorted(metrics))}", fontsize=8)
         ax.set_title((f"{partition} = {value}" if value is not None else "") +
                      (f"\nnot learned: {'; '.join(missing)}" if missing else ""), fontsize=8)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6, loc="best")
+    if handles:
+        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center",
+                   ncol=min(2, len(handles)), frameon=False)
+        fig.subplots_adjust(bottom=0.12 + 0.035 * ((len(handles) + 1) // 2), wspace=0.35)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
 
 
