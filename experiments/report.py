@@ -407,14 +407,17 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
     for ax, (value, subset) in zip(axes[0], parts):
         groups = compare.group_records(subset)
         names = _config_names(groups)
-        missing = []
+        missing, current = [], False
         for key, runs in sorted(groups.items()):
             learned = [r for r in runs if r.learned is not False]
             if not learned:
                 missing.append(names[key])
                 continue
-            f = mean_interval([r.summary.get("forgetting_max", float("nan")) for r in learned])
-            ell = mean_interval([r.summary.get("learning_average", float("nan")) for r in learned])
+            # streams whose facts change are scored against the facts in force, as in the verdict
+            summaries = [r.summary_current or r.summary for r in learned]
+            current = current or any(r.summary_current for r in learned)
+            f = mean_interval([m.get("forgetting_max", float("nan")) for m in summaries])
+            ell = mean_interval([m.get("learning_average", float("nan")) for m in summaries])
             color = colors.setdefault(names[key], f"C{len(colors) % 10}")
             marker = "os^D"[(len(colors) - 1) // 10 % 4]
             line = ax.errorbar([f.mean], [ell.mean],
@@ -427,14 +430,14 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
         ax.set_xlabel("forgetting_max (lower: more stable)")
         ax.set_ylabel(f"learning score, mean R[j][j] ({'higher' if higher else 'lower'}: more plastic)\n"
                       f"{', '.join(sorted(metrics))}", fontsize=8)
-        ax.set_title((f"{partition} = {value}" if value is not None else "") +
+        ax.set_title((f"{value}" if value is not None else "") + (" (facts in force)" if current else "") +
                      (f"\nnot learned: {'; '.join(missing)}" if missing else ""), fontsize=8)
         ax.grid(alpha=0.3)
     if handles:
         fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center",
                    ncol=min(2, len(handles)), frameon=False)
         fig.subplots_adjust(bottom=0.12 + 0.035 * ((len(handles) + 1) // 2), wspace=0.35)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title + (f"\npanels: {partition}" if partition else ""), fontsize=9)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
