@@ -162,7 +162,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     distributed.check_device(cfg.resolved_device())
     distributed.check_divisible(**{"strategy.train_mb_size": cfg.strategy.train_mb_size,
                                    "meta_train.batch_size": cfg.meta_train.batch_size})
-    if dp is not None and not dp.is_main:             # one voice: rank 0's
+    if not distributed.is_main():                     # one voice: rank 0's
         announce, cfg.progress = (lambda message: None), False
     started = time.perf_counter()
     seed_everything(cfg.seed)
@@ -177,7 +177,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     ckpt_path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}-{_slug(version)}", "last.pt")
     ckpt = None
     if cfg.checkpoint.enabled and cfg.checkpoint.resume and not rerun:
-        if dp is None or dp.is_main:                  # rank 0 asks the store; the others follow its answer
+        if distributed.is_main():                     # rank 0 asks the store; the others follow its answer
             ckpt = _usable_checkpoint(load_latest(ckpt_path, warn=announce), cfg, announce)
         if distributed.broadcast_flag(ckpt is not None) and ckpt is None:
             ckpt = load_latest(ckpt_path)
@@ -189,7 +189,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
                  "pass --rerun to run again")
         return RunResult.from_record(cfg, ckpt["extra"]["result"], ckpt_path)
     tracker = (_tracker(cfg, parent_run_id, None if ckpt is None else ckpt["extra"].get("run_id"), version)
-               if dp is None or dp.is_main else None) or _NullTracker()
+               if distributed.is_main() else None) or _NullTracker()
     with tracker:
         in_stream = ckpt is not None and "meta" not in ckpt["extra"]     # past meta-training: the stream's model
         session = _new_session(cfg, bench, tracker, cfg.stream_model() if in_stream else cfg.model)
@@ -328,7 +328,7 @@ def _start(cfg: RunConfig, session: Session, bench, tracker, save_meta=None, res
         dp = distributed.active()
         shared = meta_cache.meta_path(cfg, meta_cache.meta_key(cfg, getattr(bench, "meta_train_episodes", bench.meta_train),
                                                                world_size=1 if dp is None else dp.world_size))
-    main = distributed.active() is None or distributed.active().is_main
+    main = distributed.is_main()
     stored = meta_cache.load_meta(shared) if shared and meta_progress is None and main else None
     if distributed.broadcast_flag(stored is not None) and stored is None:     # rank 0 found it: so do the others
         stored = meta_cache.load_meta(shared)
@@ -455,7 +455,7 @@ def _resume(session: Session, ckpt: Dict[str, Any], tracker) -> None:
 def _save(path: str, session: Session, tracker, extra: Optional[Dict[str, Any]] = None) -> None:
     """Every rank calls it (the lanes' states are gathered); rank 0 writes."""
     states = distributed.gather_lanes(session.strategy.states)
-    if distributed.active() is not None and not distributed.active().is_main:
+    if not distributed.is_main():
         return
     save_checkpoint(
         path, model=session.model, optimizer=session.optimizer, states=states,

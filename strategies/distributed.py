@@ -72,6 +72,11 @@ def active() -> Optional[DataParallel]:
     return _ACTIVE
 
 
+def is_main() -> bool:
+    """True in a single process and on rank 0: the process that tracks, writes and prints."""
+    return _ACTIVE is None or _ACTIVE.is_main
+
+
 def launched() -> bool:
     """True when this process was started by torchrun with more than one process in the group."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -266,24 +271,23 @@ def local_lanes(states: Optional[Sequence[Any]], lanes: int) -> Optional[list]:
     return [None if s is None else _with_ints(s._map(lambda x: x[lo:hi] if x.dim() else x), keep) for s in states]
 
 
-def all_ranks(flag: bool) -> bool:
-    """True when ``flag`` holds on every rank (e.g. a finite loss: so that all ranks raise together)."""
+def _flag_collective(flag: bool, collective) -> bool:
     dp = active()
     if dp is None:
         return flag
     buf = torch.tensor([1.0 if flag else 0.0], device=dp.comm_device)
-    dist.all_reduce(buf, op=dist.ReduceOp.MIN)
+    collective(buf)
     return bool(buf.item())
+
+
+def all_ranks(flag: bool) -> bool:
+    """True when ``flag`` holds on every rank (e.g. a finite loss: so that all ranks raise together)."""
+    return _flag_collective(flag, lambda buf: dist.all_reduce(buf, op=dist.ReduceOp.MIN))
 
 
 def broadcast_flag(flag: bool) -> bool:
     """Rank 0's value of ``flag`` on every rank (a decision only rank 0 can take, e.g. from the store)."""
-    dp = active()
-    if dp is None:
-        return flag
-    buf = torch.tensor([1.0 if flag else 0.0], device=dp.comm_device)
-    dist.broadcast(buf, 0)
-    return bool(buf.item())
+    return _flag_collective(flag, lambda buf: dist.broadcast(buf, 0))
 
 
 def prepare_model(model: torch.nn.Module) -> torch.nn.Module:
