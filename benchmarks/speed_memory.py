@@ -260,7 +260,8 @@ def run_slots(Ns, T, args) -> Dict[int, dict]:
     """OVQ across N: the whole layer over T tokens, and the per-chunk parts with a saturated dictionary."""
     from ovq_cl.ops.common import l2norm
     from ovq_cl.ops.ovq import OVQParams
-    from ovq_cl.ops.ovq.chunk import REFERENCE, _absorb
+    from ovq_cl.ops.ovq.primitives import REFERENCE
+    from ovq_cl.ops.ovq.update import absorb as absorb_update
 
     prims = REFERENCE
     if args.device == "cuda":
@@ -295,7 +296,7 @@ def run_slots(Ns, T, args) -> Dict[int, dict]:
                              device, args.repeats) / reps
             write_fn = time_min(loop(lambda: prims.merge(state.keys, state.values, state.counts, slot, k, v, False)),
                                 device, args.repeats) / reps
-            absorb = time_min(loop(lambda: _absorb(state, k, v, params, prims, True)), device, args.repeats) / reps
+            absorb = time_min(loop(lambda: absorb_update(state, k, v, params, prims, True)), device, args.repeats) / reps
         out[N] = {"layer": layer, "read": read, "assign": assign, "write": write, "write_functional": write_fn,
                   "absorb": absorb}
         print(f"  slots N={N:5d}: layer {fmt_time(layer)}, per chunk: read {read * 1e6:.0f} us, assign "
@@ -305,7 +306,7 @@ def run_slots(Ns, T, args) -> Dict[int, dict]:
 
 def run_flops(args) -> dict:
     """Achieved FLOP/s of the OVQ read (N = 1024 saturated, L = 64, d = 64, 4 heads) vs the matmul peak."""
-    from ovq_cl.ops.ovq.chunk import REFERENCE
+    from ovq_cl.ops.ovq.primitives import REFERENCE
 
     prims = REFERENCE
     if args.device == "cuda":

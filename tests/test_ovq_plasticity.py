@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ovq_cl.ops.ovq import OVQParams, empty_ovq_state, ovq_attention
-from ovq_cl.ops.ovq.chunk import absorb_chunk
+from ovq_cl.ops.ovq.update import absorb_chunk
 from ovq_cl.ops.ovq.naive import absorb_chunk_naive
 
 from conftest import rel_err

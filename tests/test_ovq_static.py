@@ -10,6 +10,7 @@ import torch
 
 from ovq_cl.ops.ovq import OVQParams, ovq_attention
 from ovq_cl.ops.ovq import chunk as chunk_module
+from ovq_cl.ops.ovq import primitives
 
 from conftest import rel_err
 from test_ovq_op import assert_states_equal
@@ -116,7 +117,7 @@ def test_every_full_chunk_reads_and_updates_the_same_shapes(monkeypatch):
     the same shapes, while the dynamic path's read grows with the active prefix."""
     params = OVQParams(num_slots=12, chunk_size=4)
     seen = {"static": [], "dynamic": []}
-    real_read, real_merge = chunk_module.chunk_read, chunk_module.sparse_kmeans_merge
+    real_read, real_merge = primitives.chunk_read, primitives.sparse_kmeans_merge
 
     def spy(kind):
         def read(q, k, v, dict_keys, *rest, **kw):
@@ -126,7 +127,7 @@ def test_every_full_chunk_reads_and_updates_the_same_shapes(monkeypatch):
         def merge(keys, values, counts, slot, *rest):
             seen[kind].append(("merge", tuple(keys.shape), tuple(slot.shape)))
             return real_merge(keys, values, counts, slot, *rest)
-        return chunk_module.OVQPrimitives("spy", read, chunk_module.max_similarity, merge)
+        return primitives.OVQPrimitives("spy", read, primitives.max_similarity, merge)
 
     q, k, v, beta = inputs(T=40, grad=False)
     for kind, static in (("static", True), ("dynamic", False)):

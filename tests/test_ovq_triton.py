@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ovq_cl.ops.dictionary import dictionary_chunk_read
 from ovq_cl.ops.ovq import OVQParams, ovq_attention
-from ovq_cl.ops.ovq.chunk import chunk_read, first_argmax, max_similarity, sparse_kmeans_merge
+from ovq_cl.ops.ovq.primitives import chunk_read, first_argmax, max_similarity, sparse_kmeans_merge
 from ovq_cl.ops.ovq.naive import assign_to_slots, kmeans_merge
 
 from conftest import rel_err
@@ -390,7 +390,7 @@ def test_tf32_precision_has_its_own_tolerance_and_bad_precisions_fail():
 def test_masked_max_similarity_kernel_equals_the_reference(n_active, splits):
     """The static loop's argmax: only rows [0, n_active) count, read from a device scalar; dyadic keys
     (exact dots) so values and first-index ties must agree exactly with the PyTorch reference."""
-    from ovq_cl.ops.ovq.chunk import masked_max_similarity
+    from ovq_cl.ops.ovq.primitives import masked_max_similarity
 
     g = torch.Generator().manual_seed(n_active)
     k = (torch.randint(-2, 3, (2, 3, 33, 24), generator=g).float() / 2).to(DEVICE)

@@ -22,17 +22,12 @@ from typing import Optional, Tuple
 
 import torch
 
-from ovq_cl.ops.ovq.chunk import (
-    REFERENCE,
-    OVQPrimitives,
-    absorb_chunk,
-    chunk_read,
-    ovq_attention_chunk,
-    ovq_chunk_loop,
-)
+from ovq_cl.ops.ovq.chunk import ovq_attention_chunk, ovq_chunk_loop
 from ovq_cl.ops.ovq.common import OVQParams, OVQState, empty_ovq_state, growth_curve, growth_target
 from ovq_cl.ops.ovq.naive import ovq_attention_naive
+from ovq_cl.ops.ovq.primitives import REFERENCE, OVQPrimitives, chunk_read
 from ovq_cl.ops.ovq.recurrent import ovq_attention_recurrent
+from ovq_cl.ops.ovq.update import absorb_chunk
 
 BACKENDS = ("auto", "chunk", "naive", "recurrent", "triton")
 

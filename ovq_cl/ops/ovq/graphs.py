@@ -25,6 +25,8 @@ from typing import Dict, List, Tuple
 import torch
 
 from ovq_cl.ops.ovq.common import OVQParams, OVQState
+from ovq_cl.ops.ovq.primitives import above_diagonal, cached_arange
+from ovq_cl.ops.ovq.update import absorb_static_tensors, new_slots
 
 _CACHE: Dict[tuple, "ChunkBlock"] = {}
 _CACHE_SIZE = 8
@@ -43,7 +45,6 @@ def block_usable(params: OVQParams, grad: bool) -> Tuple[bool, str]:
 
 def growth_plan(seen: int, n_active: int, n_chunks: int, params: OVQParams) -> List[Tuple[int, int]]:
     """(active slots before, slots opened) for each of the next n_chunks full chunks."""
-    from ovq_cl.ops.ovq.chunk import new_slots
 
     plan, L = [], params.chunk_size
     for _ in range(n_chunks):
@@ -81,7 +82,6 @@ class ChunkBlock:
 
     def _steps(self) -> None:
         """The S chunk steps on the buffers: read, then absorb (in place into the dictionary buffers)."""
-        from ovq_cl.ops.ovq.chunk import absorb_static_tensors
 
         L = self.L
         keys, values, counts = self.keys, self.values, self.counts
@@ -100,8 +100,6 @@ class ChunkBlock:
 
         The graph keeps raw pointers to the cached index tensors and masks the steps use; the block
         holds references to them so that an eviction from those caches never frees their memory."""
-        from ovq_cl.ops.ovq.chunk import _above_diagonal, _arange
-
         saved = [t.clone() for t in (self.keys, self.values, self.counts)]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -110,7 +108,7 @@ class ChunkBlock:
                 self._steps()
         torch.cuda.current_stream().wait_stream(stream)
         dev = self.q.device
-        self._constants = (_arange(self.params.num_slots, dev), _arange(self.L, dev), _above_diagonal(self.L, self.L, 0, dev))
+        self._constants = (cached_arange(self.params.num_slots, dev), cached_arange(self.L, dev), above_diagonal(self.L, self.L, 0, dev))
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self._steps()

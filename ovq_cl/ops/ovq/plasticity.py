@@ -70,7 +70,7 @@ def absorb_chunk_plastic(state: OVQState, k: torch.Tensor, v: torch.Tensor, para
 
     state: the dictionary before the chunk (functional: its tensors are not modified);
     k: [B, H, L, Dk] normalised keys; v: [B, H, L, Dv]; merge: the k-means step with the contract of
-    :func:`~ovq_cl.ops.ovq.chunk.sparse_kmeans_merge` (called with ``inplace=False``).
+    :func:`~ovq_cl.ops.ovq.primitives.sparse_kmeans_merge` (called with ``inplace=False``).
     """
     N, L = params.num_slots, k.shape[2]
     keys, values = state.keys, state.values

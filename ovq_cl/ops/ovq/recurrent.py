@@ -10,7 +10,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from ovq_cl.ops.ovq.chunk import REFERENCE, _absorb, _maybe_detach, _prepare, _updates_in_place
+from ovq_cl.ops.ovq.chunk import _maybe_detach, _prepare, _updates_in_place
+from ovq_cl.ops.ovq.primitives import REFERENCE
+from ovq_cl.ops.ovq.update import absorb
 from ovq_cl.ops.ovq.common import OVQParams, OVQState
 
 
@@ -44,7 +46,7 @@ def ovq_attention_recurrent(
                 pk, pv = pk.detach(), pv.detach()
             if inplace and not owned:
                 read_state, owned = read_state.clone(), True
-            state = _absorb(read_state, pk, pv, params, REFERENCE, inplace)
+            state = absorb(read_state, pk, pv, params, REFERENCE, inplace)
             state = dataclasses.replace(state, pending_keys=pk[:, :, :0], pending_values=pv[:, :, :0])
         else:
             state = dataclasses.replace(state, pending_keys=pk, pending_values=pv)

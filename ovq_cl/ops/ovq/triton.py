@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ovq_cl.ops.ovq.chunk import OVQPrimitives, sparse_kmeans_merge
+from ovq_cl.ops.ovq.primitives import OVQPrimitives, sparse_kmeans_merge
 
 #: whether the kernels were built for the interpreter (TRITON_INTERPRET=1 when this module was imported)
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

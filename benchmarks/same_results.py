@@ -1,0 +1,124 @@
+"""Bitwise check of a refactor: every sampled study config's R before and after, compared exactly.
+
+    python -m benchmarks.same_results record before.json            # at the old commit
+    python -m benchmarks.same_results record after.json             # at the new one
+    python -m benchmarks.same_results compare before.json after.json
+
+The sample is every sweep command of every study in ``experiments/studies/`` at its smoke sizes
+(``experiments.study.smoke_command``: the study's own tiny overrides, meta-training cut), with every
+value of the axes that are not seeds (every mixer, strategy, rule) and the first value of the seed
+axes; ``--meta-steps`` meta-training steps so the weights move. Each run is fresh (``rerun``), in a
+temporary store; what is written per config identity: R, R_se, the facts-in-force matrices, every
+summary, the gates and the meta-training losses, as exact floats (JSON keeps a double's repr).
+``--only PATTERN`` keeps configs whose label contains PATTERN; ``--every K`` every K-th of them (a
+spread sample: the 285 configs take hours); ``--limit N`` the first N.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+import tempfile
+import time
+
+
+def sample_configs(meta_steps: int, root: str):
+    """(study name, RunConfig) for the sample, deduplicated by config identity."""
+    from experiments.cli import build_parser, parse_args
+    try:                                  # where the study specs live (experiments.report before the refactor)
+        from experiments.study import STUDIES_DIR, is_seed_axis, load_study, smoke_command, smoke_repeats
+    except ImportError:
+        from experiments.report import STUDIES_DIR, load_study, smoke_command, smoke_repeats
+        from experiments.report import _is_seed_axis as is_seed_axis
+    from experiments.sweep import expand, parse_grid
+
+    parser, seen, out = build_parser(), set(), []
+    for name in sorted(f[:-5] for f in os.listdir(STUDIES_DIR) if f.endswith(".yaml")):
+        spec = load_study(name)
+        repeats = set(smoke_repeats(spec))
+        for i, command in enumerate(spec.commands):
+            argv = shlex.split(command)
+            if argv[:2] != ["ovq-cl", "sweep"] or i in repeats:
+                continue
+            full = parse_args(parser, ["sweep", *argv[2:]])
+            small = parse_args(parser, smoke_command(argv[1:], spec, root) + [f"meta_train.steps={meta_steps}"])
+            grid = {k: (v[:1] if is_seed_axis(k) else v) for k, v in parse_grid(full.grid).items()}
+            for cfg in expand(small.config, small.overrides, grid, plugins=small.plugin):
+                if cfg.identity() not in seen:
+                    seen.add(cfg.identity())
+                    out.append((name, cfg))
+    return out
+
+
+def _exact(x):
+    """Floats as their repr (NaN and infinities too), recursively."""
+    if isinstance(x, float):
+        return repr(x)
+    if isinstance(x, dict):
+        return {str(k): _exact(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_exact(v) for v in x]
+    return x
+
+
+def record(path: str, meta_steps: int, only: str, limit: int, every: int = 1) -> int:
+    from experiments.runner import run
+
+    root = tempfile.mkdtemp(prefix="same_results_")
+    configs = [(s, c) for s, c in sample_configs(meta_steps, root) if only in c.label()][::every][: limit or None]
+    print(f"{len(configs)} configs", flush=True)
+    done = json.load(open(path)) if os.path.exists(path) else {}
+    for k, (study, cfg) in enumerate(configs):
+        key = f"{study} | {cfg.label()} | {cfg.identity()}"
+        if key in done:
+            continue
+        t = time.perf_counter()
+        try:
+            r = run(cfg, rerun=True, announce=lambda m: None)
+            done[key] = _exact({"R": r.R, "R_se": r.R_se, "R_n": r.R_n, "current": r.current, "summary": r.summary,
+                                "summary_current": r.summary_current, "gate": r.gate, "stream_gate": r.stream_gate,
+                                "delay": r.delay, "meta_loss": [h.get("loss") for h in r.meta_history],
+                                "parameters": r.parameters, "state_bytes": r.state_bytes})
+        except Exception as err:         # recorded: a config that fails before must fail after
+            done[key] = {"error": f"{type(err).__name__}: {err}"}
+        print(f"[{k + 1}/{len(configs)}] {time.perf_counter() - t:5.1f}s {key}", flush=True)
+        with open(path, "w") as f:          # every finished run kept
+            json.dump(done, f, indent=1, sort_keys=True)
+    return 0
+
+
+def compare(before: str, after: str) -> int:
+    a, b = json.load(open(before)), json.load(open(after))
+    common = sorted(set(a) & set(b))
+    differ = [k for k in common if a[k] != b[k]]
+    for k in differ:
+        fields = sorted(f for f in set(a[k]) | set(b[k]) if a[k].get(f) != b[k].get(f))
+        print(f"DIFFERS {k}: {fields}")
+    print(f"{len(common)} configs in both, {len(common) - len(differ)} bitwise equal, {len(differ)} differ; "
+          f"only before: {len(set(a) - set(b))}, only after: {len(set(b) - set(a))}")
+    return 1 if differ else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("out")
+    r.add_argument("--meta-steps", type=int, default=6)
+    r.add_argument("--only", default="")
+    r.add_argument("--limit", type=int, default=0)
+    r.add_argument("--every", type=int, default=1)
+    c = sub.add_parser("compare")
+    c.add_argument("before")
+    c.add_argument("after")
+    args = p.parse_args(argv)
+    if args.command == "record":
+        return record(args.out, args.meta_steps, args.only, args.limit, args.every)
+    return compare(args.before, args.after)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
