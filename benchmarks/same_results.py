@@ -27,12 +27,9 @@ import time
 
 def sample_configs(meta_steps: int, root: str):
     """(study name, RunConfig) for the sample, deduplicated by config identity."""
-    from experiments.cli import build_parser, parse_args
-    try:                                  # where the study specs live (experiments.report before the refactor)
-        from experiments.study import STUDIES_DIR, is_seed_axis, load_study, smoke_command, smoke_repeats
-    except ImportError:
-        from experiments.report import STUDIES_DIR, load_study, smoke_command, smoke_repeats
-        from experiments.report import _is_seed_axis as is_seed_axis
+    from experiments.arguments import build_parser, parse_args
+    from experiments.study import is_seed_axis, smoke_command, smoke_repeats
+    from experiments.study_specs import STUDIES_DIR, load_study
     from experiments.sweep import expand, parse_grid
 
     parser, seen, out = build_parser(), set(), []

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from experiments.config import SEED_KEYS
-from experiments.statistics import mean_interval, paired_comparison
+from experiments.intervals import mean_interval, paired_comparison
 from strategies import forgetting
 
 SCORES = ("final_average", "learning_average")

@@ -14,22 +14,17 @@ and the findings.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shlex
 import statistics
-import time
-from dataclasses import dataclass, field
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
 from experiments import compare
-from ovq_cl.base import validate
+from experiments.study_specs import StudySpec, all_studies
 
-STUDIES_DIR = os.path.join(os.path.dirname(__file__), "studies")
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HEADER = """# Results
@@ -56,102 +51,6 @@ How to read the tables (definitions in `docs/measurement.md`):
 """
 
 
-@dataclass
-class StudySpec:
-    """One study: prose, the commands that make its runs, where they write, and how to compare them."""
-
-    title: str = ""
-    order: int = 100
-    setup: str = ""
-    commands: List[str] = field(default_factory=list)
-    results: List[str] = field(default_factory=list)     # JSON files (relative to the project)
-    select: Dict[str, List[str]] = field(default_factory=dict)   # keep runs whose param KEY is one of these
-    baseline: Optional[str] = None                       # configuration or mixer pattern for paired tests
-    more_baselines: List[str] = field(default_factory=list)   # further baselines, one paired table each
-    partition: Optional[str] = None                      # param key(s, comma-separated): paired tests within each value
-    partition_default: Optional[str] = None              # the partition of runs without that param (None: every one)
-    plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
-    plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
-    search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
-    verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
-    smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
-    smoke_by_config: Dict[str, List[str]] = field(default_factory=dict)   # more, for the commands of one config file
-    findings: str = ""
-
-
-def load_study(name: str) -> StudySpec:
-    path = name if name.endswith(".yaml") else os.path.join(STUDIES_DIR, f"{name}.yaml")
-    if not os.path.exists(path):
-        known = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(STUDIES_DIR, "*.yaml")))
-        raise FileNotFoundError(f"study {name!r} not found; known: {known}")
-    return validate(StudySpec, OmegaConf.load(path), f"study {name}")
-
-
-def all_studies() -> List[StudySpec]:
-    specs = [load_study(p) for p in sorted(glob.glob(os.path.join(STUDIES_DIR, "*.yaml")))]
-    return sorted(specs, key=lambda s: (s.order, s.title))
-
-
-SMOKE_OVERRIDES = ("meta_train.steps=2", "meta_train.batch_size=4", "gate.episodes=4", "gate.batch_size=4",
-                   "gate.delay_episodes=2", "progress=false")
-
-
-def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
-    """A study command made tiny for ``--smoke``: every ``--grid`` axis cut to its first value, the
-    spec's ``smoke`` overrides (and its ``smoke_by_config`` ones for the command's config file) and
-    :data:`SMOKE_OVERRIDES` added, its JSON, runs, checkpoints and MLflow
-    store under ``root``. It checks that the command parses, every config validates and runs, and the
-    report reads what it wrote; it says nothing about the numbers."""
-    from experiments.sweep import parse_grid
-
-    out, i = [], 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--grid":
-            ((key, values),) = parse_grid([argv[i + 1]]).items()
-            out += ["--grid", f"{key}={values[0]}"]
-            i += 2
-        elif a == "--out":
-            out += ["--out", os.path.join(root, "results")]
-            i += 2
-        else:
-            out.append(a)
-            i += 1
-    config = argv[1] if len(argv) > 1 and argv[0] == "sweep" else None
-    extra = [*SMOKE_OVERRIDES, *spec.smoke, *spec.smoke_by_config.get(config, []), f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
-             f"checkpoint.dir={os.path.join(root, 'checkpoints')}", f"output_dir={root}"]
-    return out + extra + ["--quiet"]
-
-
-def _is_seed_axis(key: str) -> bool:
-    """Whether a grid axis (``seed``, or a joint ``a&b`` axis) sets only seeds."""
-    from experiments.config import SEED_KEYS
-
-    return all(part.strip() in SEED_KEYS for part in key.split("&"))
-
-
-def _validate_every_config(argv: List[str]) -> None:
-    """Builds (validates, runs nothing) every config of a sweep's grid, read by the CLI's own parser: a
-    smoke run runs only the first value of each axis, and a typo in another value must still fail it.
-
-    Every combination of the axes that are not seeds, at the first value of the seed axes; then every
-    other seed value once, beside the first values of the rest. A seed interacts with no other option
-    (it is checked alone: an int >= 0), so this catches what the full product would, at a fraction of
-    its cost (validating a config takes ~0.3 s, and a five-seed sweep has five times the configs)."""
-    from experiments.cli import build_parser, parse_args
-    from experiments.sweep import expand, parse_grid
-
-    parser = build_parser()
-    args = parse_args(parser, ["sweep", *argv])
-    grid = parse_grid(args.grid)
-    seeds = [k for k in grid if _is_seed_axis(k)]
-    expand(args.config, args.overrides, {k: (v[:1] if k in seeds else v) for k, v in grid.items()}, plugins=args.plugin)
-    for axis in seeds:
-        if len(grid[axis]) > 1:
-            expand(args.config, args.overrides, {k: (v[1:] if k == axis else v[:1]) for k, v in grid.items()},
-                   plugins=args.plugin)
-
-
 def code_versions_line(raw: List[Dict[str, Any]]) -> str:
     """Which code ran a section's runs (``experiments.code_version``), most runs first: runs of
     different code in one table are said, never hidden."""
@@ -159,77 +58,6 @@ def code_versions_line(raw: List[Dict[str, Any]]) -> str:
     listed = ", ".join(f"`{v}` ({n})" if v != "not recorded" else f"not recorded ({n}: runs from before "
                        "results carried their code version)" for v, n in counts.most_common())
     return f"Code versions of these runs: {listed}."
-
-
-def smoke_repeats(spec: StudySpec) -> List[int]:
-    """The indices of the study's sweep commands that a smoke run would run exactly as an earlier one
-    but for their seeds and names (e.g. a budget's seeds split over five commands): their configs are
-    still validated, but one of them is enough to run on tiny sizes."""
-    from experiments.sweep import parse_grid
-
-    seen, repeats = set(), []
-    for i, command in enumerate(spec.commands):
-        argv = shlex.split(command)
-        if argv[:2] != ["ovq-cl", "sweep"]:
-            continue
-        shape, j = [], 2
-        while j < len(argv):
-            if argv[j] in ("--name", "--out"):
-                j += 2
-                continue
-            if argv[j] == "--grid":
-                ((key, _),) = parse_grid([argv[j + 1]]).items()
-                shape.append(("grid", key) if _is_seed_axis(key) else argv[j + 1])
-                j += 2
-                continue
-            shape.append(argv[j])
-            j += 1
-        if tuple(shape) in seen:
-            repeats.append(i)
-        seen.add(tuple(shape))
-    return repeats
-
-
-def run_study(name: str, smoke: Optional[str] = None, sweep_args: Sequence[str] = ()) -> int:
-    """Runs every command of the study (each an ``ovq-cl ...`` line), then rewrites RESULTS.md.
-
-    ``smoke``: a folder; every command made tiny (:func:`smoke_command`), everything written under it
-    (its RESULTS.md included), the project's results untouched. Searches are skipped in a smoke run
-    (they have their own test). ``sweep_args`` go to the end of every ``ovq-cl sweep`` command (e.g.
-    ``--backend ray --trial-cpus 1``: how the trials run, never what they compute)."""
-    from experiments.cli import main
-
-    spec = load_study(name)
-    started = time.perf_counter()
-    repeats = set(smoke_repeats(spec)) if smoke else set()
-    for i, command in enumerate(spec.commands):
-        argv = shlex.split(command)
-        searched = argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith("experiments.searches.")
-        if argv[0] != "ovq-cl" and not searched:
-            raise ValueError(f"study {name}: commands must start with 'ovq-cl' or "
-                             f"'python -m experiments.searches.', got {command!r}")
-        if smoke and searched:
-            print(f"(smoke: search skipped) $ {command}", flush=True)
-            continue
-        print(f"$ {command}", flush=True)
-        if searched:
-            import importlib
-
-            code = importlib.import_module(argv[2]).main(argv[3:])
-        else:
-            if smoke and argv[1] == "sweep":
-                _validate_every_config(argv[2:])
-            if i in repeats:
-                print("(smoke: validated; runs as an earlier command but for its seeds, not run again)", flush=True)
-                continue
-            args = smoke_command(argv[1:], spec, smoke) if smoke else argv[1:]
-            code = main(args + list(sweep_args) if argv[1] == "sweep" else args)
-        if code:
-            print(f"study {name}: {command!r} exited with {code}")
-            return code
-    print(f"study {name}: {time.perf_counter() - started:.0f} s wall", flush=True)
-    write_report(os.path.join(smoke, "RESULTS.md") if smoke else None, root=smoke)
-    return 0
 
 
 def _raw(spec: StudySpec, root: Optional[str] = None) -> List[dict]:
@@ -331,7 +159,7 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.statistics import mean_interval
+    from experiments.intervals import mean_interval
 
     by_mixer: Dict[str, list] = {}
     groups = compare.group_records(records)
@@ -397,7 +225,7 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.statistics import mean_interval
+    from experiments.intervals import mean_interval
 
     from strategies.scores import higher_is_better
 

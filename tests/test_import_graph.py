@@ -64,3 +64,91 @@ def test_importing_the_shared_base_or_the_streams_loads_no_model_code():
             "'strategies', 'experiments', 'avalanche', 'mlflow', 'triton'))]; print(bad); assert not bad")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+PACKAGES = ("ovq_cl", "streams", "strategies", "experiments", "benchmarks")
+
+
+def module_files():
+    """{dotted module name: file} for every .py file of the project's packages (a package is its __init__)."""
+    out = {}
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    dotted = os.path.relpath(os.path.join(folder, name), ROOT)[:-3].replace(os.sep, ".")
+                    out[dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted] = os.path.join(folder, name)
+    return out
+
+
+def import_edges(modules):
+    """{module: modules it imports}, imports inside functions included. ``from P import N`` is an edge to
+    P.N when that is a module (P, its package, is then already loaded), else to P; ``import a.b`` to a.b.
+    A package's __init__ imported on the way to one of its modules is not an edge: it is loaded before
+    its modules by Python itself, and counting it would make every package a circle with its modules."""
+    edges = {}
+    for mod, path in modules.items():
+        package = mod if path.endswith("__init__.py") else mod.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    targets |= {full} if full in modules else ({base} if base in modules else set())
+        edges[mod] = targets - {mod}
+    return edges
+
+
+def cycles(edges):
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_anywhere_in_the_packages():
+    found = cycles(import_edges(module_files()))
+    assert not found, f"import cycles (each a set of modules that import each other, in functions too): {found}"
+
+
+def test_the_cycle_finder_finds_a_circle_through_a_function_level_import(tmp_path):
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    pkg = tmp_path / "p"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "x.py").write_text("from p.y import f\n")
+    (pkg / "y.py").write_text("def f():\n    from p import x\n")
+    files = {"p": str(pkg / "__init__.py"), "p.x": str(pkg / "x.py"), "p.y": str(pkg / "y.py")}
+    assert cycles(import_edges(files)) == [["p.x", "p.y"]]

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from experiments import report
+from experiments import report, study_specs
+from experiments import study as study_runner
 
 
 def _run(layers, seed, R, learned=True):
@@ -31,13 +32,13 @@ def study(tmp_path, monkeypatch):
     (studies / "toy.yaml").write_text(
         "title: 'Toy study'\nsetup: 'A setup.'\ncommands: [\"ovq-cl sweep cfg.yaml --name toy --out results\"]\n"
         "results: [results/toy.json]\nbaseline: ovq\nfindings: 'A finding.'\n")
-    monkeypatch.setattr(report, "STUDIES_DIR", str(studies))
+    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
     return tmp_path
 
 
 def test_a_study_section_has_every_table_and_label(study):
-    text = report.section(report.load_study("toy"))
+    text = report.section(study_specs.load_study("toy"))
     assert text.startswith("## Toy study") and "ovq-cl sweep cfg.yaml" in text and "A finding." in text
     assert "9 runs, wall time per run 30 s" in text
     assert "Code versions of these runs: not recorded (6: runs from before results carried their code version), `code-aaa` (3)." in text
@@ -53,11 +54,11 @@ def test_write_report_and_unknown_study(study):
     text = open(path).read()
     assert text.startswith("# Results") and "## Toy study" in text and "do not edit by hand" in text
     with pytest.raises(FileNotFoundError, match="known: \\['toy'\\]"):
-        report.load_study("nope")
+        study_specs.load_study("nope")
 
 
 def test_shipped_studies_load():
-    specs = report.all_studies()
+    specs = study_specs.all_studies()
     assert specs and any(s.commands for s in specs)
     assert all(s.results or s.search for s in specs if s.commands), "every study with runs says where they are written"
     assert all(c.startswith(("ovq-cl ", "python -m experiments.searches.")) for s in specs for c in s.commands)
@@ -93,7 +94,7 @@ def test_budget_partitions_pair_within_a_budget_and_the_delay_table_and_plot(stu
     (study / "studies" / "budgets.yaml").write_text(
         "title: 'Budgets'\ncommands: ['ovq-cl sweep x']\nresults: [results/budgets.json]\nbaseline: ovq\n"
         "partition: model.state_budget\nplot: results/budgets.png\n")
-    text = report.section(report.load_study("budgets"))
+    text = report.section(study_specs.load_study("budgets"))
     assert "model.state_budget = 1 (" in text and "model.state_budget = 2 (" in text
     assert text.count("Paired against `ovq`") == 2, "paired tests within each budget, full in both"
     assert "@ learning delay (50 tokens)" in text
@@ -170,7 +171,7 @@ def test_the_verdict_says_who_forgets_less_from_paired_seeds(study):
     (study / "studies" / "toy.yaml").write_text(
         "title: 'Toy'\ncommands: [\"ovq-cl sweep cfg.yaml --name v --out results\"]\nresults: [results/verdict.json]\n"
         "baseline: ovq\nverdict: 'toy stream'\n")
-    table = report.verdict_table(report.all_studies())
+    table = report.verdict_table(study_specs.all_studies())
     assert table.count("| toy stream |") == 5 and "**OVQ forgets more**" in table
 
 
@@ -188,10 +189,10 @@ def test_the_verdict_of_a_rebinding_stream_uses_the_facts_in_force():
 
 
 def test_smoke_commands_are_cut_to_the_first_grid_value_and_write_elsewhere(tmp_path):
-    spec = report.StudySpec(smoke=["stream.options.train_episodes=8"])
+    spec = study_specs.StudySpec(smoke=["stream.options.train_episodes=8"])
     argv = ["sweep", "cfg.yaml", "seed=3", "--grid", "model.layers=[ovq];[vq]", "--grid", "a&b=1&2;3&4",
             "--name", "x", "--out", "results"]
-    out = report.smoke_command(argv, spec, str(tmp_path))
+    out = study_runner.smoke_command(argv, spec, str(tmp_path))
     assert out[:5] == ["sweep", "cfg.yaml", "seed=3", "--grid", "model.layers=[ovq]"]
     assert out[5:7] == ["--grid", "a&b=1&2"] and out[out.index("--out") + 1] == str(tmp_path / "results")
     assert "stream.options.train_episodes=8" in out and "meta_train.steps=2" in out
@@ -227,20 +228,20 @@ def test_partitions_over_several_params_pair_within_each_combination():
 ])
 def test_a_smoke_run_still_validates_the_values_it_does_not_run(grid, bad):
     argv = ["experiments/configs/icr_frozen.yaml", *grid, "--name", "x"]
-    report._validate_every_config(["experiments/configs/icr_frozen.yaml", "--grid", "model.layers=[ovq];[vq]",
+    study_runner.validate_every_config(["experiments/configs/icr_frozen.yaml", "--grid", "model.layers=[ovq];[vq]",
                                    "--grid", "seed=0;1;2", "--name", "x"])            # a good grid passes
     with pytest.raises(ValueError, match=bad):
-        report._validate_every_config(argv)
+        study_runner.validate_every_config(argv)
 
 
 def test_smoke_runs_once_what_differs_only_by_seeds():
-    spec = report.StudySpec(commands=[
+    spec = study_specs.StudySpec(commands=[
         "ovq-cl sweep a.yaml x=1 --grid 'model.layers=[ovq];[vq]' --grid 'seed=0;1' --name a0 --out results",
         "ovq-cl sweep a.yaml x=1 --grid 'model.layers=[ovq];[vq]' --grid 'seed=2;3;4' --name a1 --out results",
         "ovq-cl sweep a.yaml x=2 --grid 'model.layers=[ovq];[vq]' --grid 'seed=0' --name b --out results",
         "ovq-cl sweep a.yaml x=1 --grid 'model.layers=[ovq]' --grid 'seed=0' --name c --out results",
         "ovq-cl report"])
-    assert report.smoke_repeats(spec) == [1]
+    assert study_runner.smoke_repeats(spec) == [1]
 
 
 def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
@@ -251,7 +252,7 @@ def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
     (tmp_path / "results" / "a.json").write_text(json.dumps(first))
     (tmp_path / "results" / "a_rest.json").write_text(json.dumps(rest))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
-    spec = report.StudySpec(results=["results/a.json", "results/a_rest.json"])
+    spec = study_specs.StudySpec(results=["results/a.json", "results/a_rest.json"])
     raw = report._raw(spec)
     assert [d["config_id"] for d in raw] == ["id0", "id1", "id2"]
 
@@ -264,11 +265,11 @@ def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, mo
     (studies / "two.yaml").write_text(
         "title: Two\nsetup: s\nresults: []\ncommands:\n  - \"ovq-cl sweep a.yaml --grid 'seed=0;1' --name a --out results\"\n"
         "  - \"ovq-cl state-sizes\"\n")
-    monkeypatch.setattr(report, "STUDIES_DIR", str(studies))
-    monkeypatch.setattr(report, "write_report", lambda *a, **k: None)
+    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
+    monkeypatch.setattr(study_runner, "write_report", lambda *a, **k: None)
     calls = []
     monkeypatch.setattr(cli, "main", lambda argv: calls.append(argv) or 0)
-    assert report.run_study("two", sweep_args=["--backend", "ray", "--trial-cpus", "1"]) == 0
+    assert study_runner.run_study("two", cli.main, sweep_args=["--backend", "ray", "--trial-cpus", "1"]) == 0
     assert calls == [["sweep", "a.yaml", "--grid", "seed=0;1", "--name", "a", "--out", "results", "--backend", "ray",
                       "--trial-cpus", "1"], ["state-sizes"]]
 

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from experiments import report
+from experiments import report, study, study_specs  # noqa: F401
 
-STUDIES = sorted(os.path.basename(p)[:-5] for p in __import__("glob").glob(os.path.join(report.STUDIES_DIR, "*.yaml")))
+STUDIES = sorted(os.path.basename(p)[:-5] for p in __import__("glob").glob(os.path.join(study_specs.STUDIES_DIR, "*.yaml")))
 
 
 @pytest.fixture(scope="module")
@@ -18,12 +18,12 @@ def smoke_root(tmp_path_factory):
 def test_each_study_command_runs_on_tiny_sizes(name, smoke_root, monkeypatch):
     from experiments.cli import main
 
-    spec = report.load_study(name)
+    spec = study_specs.load_study(name)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert main(["study", name, "--smoke", smoke_root]) == 0
     text = open(os.path.join(smoke_root, "RESULTS.md")).read()
     assert f"## {spec.title}" in text
-    repeats = set(report.smoke_repeats(spec))
+    repeats = set(study.smoke_repeats(spec))
     runs = [c for i, c in enumerate(spec.commands) if c.startswith("ovq-cl sweep") and i not in repeats]
     if runs:
         # every sweep run wrote its JSON under the smoke folder, and none in the project

@@ -1,0 +1,98 @@
+"""The ``ovq-cl`` command line's arguments: the parser (:func:`build_parser`) and how overrides are
+collected (:func:`parse_args`). Its own module so that what reads a study's commands
+(:mod:`experiments.study`) parses them as the CLI does without importing the CLI.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import List, Optional
+
+
+#: what ``ovq-cl --help`` says first
+DESCRIPTION = """Command line: ``ovq-cl demo | run | sweep | compare | study | report | state-sizes``.
+
+``--plugin MODULE`` (run, sweep, state-sizes, demo; repeatable) imports a module of yours first, so the
+mixers, streams, strategies and metrics it registers can be named in configs; packages can instead
+declare entry points (``ovq_cl.mixers``, ``ovq_cl.streams``, ``ovq_cl.strategies``, ``ovq_cl.metrics``).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ovq-cl`` command line (also used to read a study's commands)."""
+    parser = argparse.ArgumentParser(prog="ovq-cl", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    sub = parser.add_subparsers(dest="command", required=True)
+    plugin = argparse.ArgumentParser(add_help=False)
+    plugin.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import this module first (it registers your mixers, streams, strategies, metrics)")
+    plugin.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
+    demo = sub.add_parser("demo", parents=[plugin], help="train the small LM with each mixer on a toy recall task")
+    demo.add_argument("--mixers", default=None, help="comma-separated mixer names (default: all demo mixers)")
+    demo.add_argument("--steps", type=int, default=None)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--state-budget", default=None,
+                      help="bytes of state per layer and lane every mixer is sized to (default 16960; 'none': "
+                           "each mixer's own options)")
+    demo.add_argument("--no-progress", action="store_true")
+    run_p = sub.add_parser("run", parents=[plugin], help="one run: meta-training, then the stream, tracked in MLflow")
+    run_p.add_argument("config", help="a YAML run config (see experiments/configs/)")
+    run_p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.layers=[ovq] seed=1")
+    run_p.add_argument("--rerun", action="store_true",
+                       help="run again even if this config, with this code, already finished (default: reuse it)")
+    run_p.add_argument("--quiet", action="store_true", help="no progress bars and messages, only the result")
+    sweep_p = sub.add_parser("sweep", parents=[plugin], help="a grid of runs under one parent MLflow run, then a comparison table")
+    sweep_p.add_argument("config", help="the base YAML run config")
+    sweep_p.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+    sweep_p.add_argument("--grid", action="append", default=[],
+                         help="KEY=V1;V2;... (repeatable), e.g. --grid 'model.layers=[ovq];[full]' --grid 'seed=0;1;2'; keys that change together: --grid 'a&b=1&32;8&4'")
+    sweep_p.add_argument("--name", default="sweep", help="name of the parent MLflow run")
+    sweep_p.add_argument("--out", default="outputs/sweeps", help="folder for the table and the plot")
+    sweep_p.add_argument("--rerun", action="store_true", help="run again the configs that already finished")
+    sweep_p.add_argument("--backend", choices=("serial", "ray"), default="serial",
+                         help="serial: one run after the other (default); ray: parallel Ray tasks (pip install 'ovq-cl[ray]')")
+    sweep_p.add_argument("--ray-address", default=None,
+                         help="an existing Ray cluster (e.g. auto, ray://head:10001); default: a local Ray started for the sweep")
+    sweep_p.add_argument("--trial-cpus", type=float, default=1, help="CPUs per trial with --backend ray (torch threads)")
+    sweep_p.add_argument("--trial-gpus", type=float, default=0, help="GPUs per trial with --backend ray")
+    sweep_p.add_argument("--quiet", action="store_true", help="no progress bars and messages, only the table")
+    cmp_p = sub.add_parser("compare", help="95%% intervals over seeds, and paired tests against a baseline, of "
+                                           "finished runs (an MLflow experiment, or sweep JSON files)")
+    cmp_p.add_argument("json", nargs="*", help="sweep JSON files (ovq-cl sweep --out); default: the MLflow experiment")
+    cmp_p.add_argument("--baseline", default=None,
+                       help="a configuration (its row name) or mixer pattern (e.g. ovq, swa+ovq) to pair every other with")
+    cmp_p.add_argument("--experiment", default="ovq-cl")
+    cmp_p.add_argument("--tracking-uri", default=None)
+    cmp_p.add_argument("--filter", default="", help="an MLflow search filter, e.g. \"params.strategy.name = 'frozen'\"")
+    study_p = sub.add_parser("study", help="run a study of experiments/studies/ (its sweeps), then rewrite RESULTS.md")
+    study_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
+    study_p.add_argument("--smoke", default=None, metavar="DIR",
+                         help="every command on tiny sizes (first grid value, a few steps), everything written under "
+                              "DIR (its own RESULTS.md): checks the study runs end to end, not its numbers")
+    study_p.add_argument("--backend", choices=("serial", "ray"), default="serial",
+                         help="how each of the study's sweeps runs its trials (as ovq-cl sweep --backend)")
+    study_p.add_argument("--ray-address", default=None, help="as ovq-cl sweep --ray-address")
+    study_p.add_argument("--trial-cpus", type=float, default=1, help="as ovq-cl sweep --trial-cpus")
+    study_p.add_argument("--trial-gpus", type=float, default=0, help="as ovq-cl sweep --trial-gpus")
+    report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
+    report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
+    sizes = sub.add_parser("state-sizes", parents=[plugin], help="print every mixer's state bytes per layer and lane against T")
+    sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
+    sizes.add_argument("--d-model", type=int, default=256)
+    sizes.add_argument("--heads", type=int, default=4)
+    sizes.add_argument("--budget", type=int, default=None,
+                       help="bytes per layer and lane: size every mixer to it and show the sizing and parameters")
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """``argv`` read by ``parser``, key=value overrides collected wherever they stand."""
+    # key=value overrides may come before, between or after options (argparse alone would refuse
+    # `run CFG --plugin M key=value`): whatever argparse leaves over and looks like one is an override
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        if not hasattr(args, "overrides") or any(a.startswith("-") or "=" not in a for a in rest):
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.overrides = list(args.overrides) + rest
+    return args

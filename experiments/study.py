@@ -1,0 +1,146 @@
+"""Running a study: its commands one after the other, then RESULTS.md (``ovq-cl study NAME``).
+
+``--smoke DIR`` runs every command on tiny sizes (:func:`smoke_command`), everything written under DIR:
+it checks that a study runs end to end and that the report reads what it wrote, not its numbers.
+The specs are :mod:`experiments.study_specs`; the report :mod:`experiments.report`.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from typing import Callable, List, Optional, Sequence
+
+from experiments.report import write_report
+from experiments.study_specs import StudySpec, load_study
+
+
+SMOKE_OVERRIDES = ("meta_train.steps=2", "meta_train.batch_size=4", "gate.episodes=4", "gate.batch_size=4",
+                   "gate.delay_episodes=2", "progress=false")
+
+
+def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
+    """A study command made tiny for ``--smoke``: every ``--grid`` axis cut to its first value, the
+    spec's ``smoke`` overrides (and its ``smoke_by_config`` ones for the command's config file) and
+    :data:`SMOKE_OVERRIDES` added, its JSON, runs, checkpoints and MLflow
+    store under ``root``. It checks that the command parses, every config validates and runs, and the
+    report reads what it wrote; it says nothing about the numbers."""
+    from experiments.sweep import parse_grid
+
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--grid":
+            ((key, values),) = parse_grid([argv[i + 1]]).items()
+            out += ["--grid", f"{key}={values[0]}"]
+            i += 2
+        elif a == "--out":
+            out += ["--out", os.path.join(root, "results")]
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    config = argv[1] if len(argv) > 1 and argv[0] == "sweep" else None
+    extra = [*SMOKE_OVERRIDES, *spec.smoke, *spec.smoke_by_config.get(config, []), f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
+             f"checkpoint.dir={os.path.join(root, 'checkpoints')}", f"output_dir={root}"]
+    return out + extra + ["--quiet"]
+
+
+def is_seed_axis(key: str) -> bool:
+    """Whether a grid axis (``seed``, or a joint ``a&b`` axis) sets only seeds."""
+    from experiments.config import SEED_KEYS
+
+    return all(part.strip() in SEED_KEYS for part in key.split("&"))
+
+
+def validate_every_config(argv: List[str]) -> None:
+    """Builds (validates, runs nothing) every config of a sweep's grid, read by the CLI's own parser: a
+    smoke run runs only the first value of each axis, and a typo in another value must still fail it.
+
+    Every combination of the axes that are not seeds, at the first value of the seed axes; then every
+    other seed value once, beside the first values of the rest. A seed interacts with no other option
+    (it is checked alone: an int >= 0), so this catches what the full product would, at a fraction of
+    its cost (validating a config takes ~0.3 s, and a five-seed sweep has five times the configs)."""
+    from experiments.arguments import build_parser, parse_args
+    from experiments.sweep import expand, parse_grid
+
+    parser = build_parser()
+    args = parse_args(parser, ["sweep", *argv])
+    grid = parse_grid(args.grid)
+    seeds = [k for k in grid if is_seed_axis(k)]
+    expand(args.config, args.overrides, {k: (v[:1] if k in seeds else v) for k, v in grid.items()}, plugins=args.plugin)
+    for axis in seeds:
+        if len(grid[axis]) > 1:
+            expand(args.config, args.overrides, {k: (v[1:] if k == axis else v[:1]) for k, v in grid.items()},
+                   plugins=args.plugin)
+
+
+def smoke_repeats(spec: StudySpec) -> List[int]:
+    """The indices of the study's sweep commands that a smoke run would run exactly as an earlier one
+    but for their seeds and names (e.g. a budget's seeds split over five commands): their configs are
+    still validated, but one of them is enough to run on tiny sizes."""
+    from experiments.sweep import parse_grid
+
+    seen, repeats = set(), []
+    for i, command in enumerate(spec.commands):
+        argv = shlex.split(command)
+        if argv[:2] != ["ovq-cl", "sweep"]:
+            continue
+        shape, j = [], 2
+        while j < len(argv):
+            if argv[j] in ("--name", "--out"):
+                j += 2
+                continue
+            if argv[j] == "--grid":
+                ((key, _),) = parse_grid([argv[j + 1]]).items()
+                shape.append(("grid", key) if is_seed_axis(key) else argv[j + 1])
+                j += 2
+                continue
+            shape.append(argv[j])
+            j += 1
+        if tuple(shape) in seen:
+            repeats.append(i)
+        seen.add(tuple(shape))
+    return repeats
+
+
+def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[str] = None,
+              sweep_args: Sequence[str] = ()) -> int:
+    """Runs every command of the study (each an ``ovq-cl ...`` line), then rewrites RESULTS.md.
+
+    ``smoke``: a folder; every command made tiny (:func:`smoke_command`), everything written under it
+    (its RESULTS.md included), the project's results untouched. Searches are skipped in a smoke run
+    (they have their own test). ``sweep_args`` go to the end of every ``ovq-cl sweep`` command (e.g.
+    ``--backend ray --trial-cpus 1``: how the trials run, never what they compute). ``execute`` runs
+    one command's arguments (the CLI passes its own ``main``: this module sits below the CLI)."""
+    spec = load_study(name)
+    started = time.perf_counter()
+    repeats = set(smoke_repeats(spec)) if smoke else set()
+    for i, command in enumerate(spec.commands):
+        argv = shlex.split(command)
+        searched = argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith("experiments.searches.")
+        if argv[0] != "ovq-cl" and not searched:
+            raise ValueError(f"study {name}: commands must start with 'ovq-cl' or "
+                             f"'python -m experiments.searches.', got {command!r}")
+        if smoke and searched:
+            print(f"(smoke: search skipped) $ {command}", flush=True)
+            continue
+        print(f"$ {command}", flush=True)
+        if searched:
+            import importlib
+
+            code = importlib.import_module(argv[2]).main(argv[3:])
+        else:
+            if smoke and argv[1] == "sweep":
+                validate_every_config(argv[2:])
+            if i in repeats:
+                print("(smoke: validated; runs as an earlier command but for its seeds, not run again)", flush=True)
+                continue
+            args = smoke_command(argv[1:], spec, smoke) if smoke else argv[1:]
+            code = execute(args + list(sweep_args) if argv[1] == "sweep" else args)
+        if code:
+            print(f"study {name}: {command!r} exited with {code}")
+            return code
+    print(f"study {name}: {time.perf_counter() - started:.0f} s wall", flush=True)
+    write_report(os.path.join(smoke, "RESULTS.md") if smoke else None, root=smoke)
+    return 0

@@ -1,0 +1,53 @@
+"""The studies: one YAML file each under ``experiments/studies/`` (:class:`StudySpec`), read here.
+
+What a study is (its prose, its commands, the JSON files they write, how to compare its runs); running
+one is :mod:`experiments.study`, writing RESULTS.md from its records is :mod:`experiments.report`.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from omegaconf import OmegaConf
+
+from ovq_cl.base import validate
+
+STUDIES_DIR = os.path.join(os.path.dirname(__file__), "studies")
+
+
+@dataclass
+class StudySpec:
+    """One study: prose, the commands that make its runs, where they write, and how to compare them."""
+
+    title: str = ""
+    order: int = 100
+    setup: str = ""
+    commands: List[str] = field(default_factory=list)
+    results: List[str] = field(default_factory=list)     # JSON files (relative to the project)
+    select: Dict[str, List[str]] = field(default_factory=dict)   # keep runs whose param KEY is one of these
+    baseline: Optional[str] = None                       # configuration or mixer pattern for paired tests
+    more_baselines: List[str] = field(default_factory=list)   # further baselines, one paired table each
+    partition: Optional[str] = None                      # param key(s, comma-separated): paired tests within each value
+    partition_default: Optional[str] = None              # the partition of runs without that param (None: every one)
+    plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
+    plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
+    search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
+    verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
+    smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
+    smoke_by_config: Dict[str, List[str]] = field(default_factory=dict)   # more, for the commands of one config file
+    findings: str = ""
+
+
+def load_study(name: str) -> StudySpec:
+    path = name if name.endswith(".yaml") else os.path.join(STUDIES_DIR, f"{name}.yaml")
+    if not os.path.exists(path):
+        known = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(STUDIES_DIR, "*.yaml")))
+        raise FileNotFoundError(f"study {name!r} not found; known: {known}")
+    return validate(StudySpec, OmegaConf.load(path), f"study {name}")
+
+
+def all_studies() -> List[StudySpec]:
+    specs = [load_study(p) for p in sorted(glob.glob(os.path.join(STUDIES_DIR, "*.yaml")))]
+    return sorted(specs, key=lambda s: (s.order, s.title))
