@@ -25,7 +25,11 @@ def cfg(root, name, after=None, share=True, **extra):
 
 def final_counts(run_cfg):
     """The OVQ slot counts [B, H, N] carried at the end of the stream (the run's last checkpoint)."""
-    (block,) = load_checkpoint(checkpoint_file(run_cfg))["states"]
+    return _counts_at(checkpoint_file(run_cfg))
+
+
+def _counts_at(path):
+    (block,) = load_checkpoint(path)["states"]
     return block["mixer.counts"]
 
 
@@ -49,7 +53,8 @@ def test_a_rule_after_meta_training_keeps_the_meta_training_and_changes_the_stre
     assert other.meta_history == plain.meta_history == alone.meta_history       # meta-training is model's alone
     assert other.R == alone.R and other.gate == alone.gate
     # the rule acts in the stream: counts discounted by 0.5 a chunk stay below 1 / (1 - 0.5) chunks' keys
-    counts, plain_counts = final_counts(cfg(root, "am_other_alone", OTHER)), final_counts(cfg(root, "am_plain"))
+    # (plain's own last checkpoint: this test must not read what another test left behind)
+    counts, plain_counts = final_counts(cfg(root, "am_other_alone", OTHER)), _counts_at(plain.checkpoint)
     chunk = TINY["model"]["mixers"]["ovq"]["chunk_size"]
     assert counts.max() <= 2 * chunk < plain_counts.max()
 
@@ -80,12 +85,6 @@ def test_bad_after_meta_options_are_one_line_before_anything_runs(tmp_path, afte
     with pytest.raises(ValueError, match=message) as err:
         cfg(tmp_path, "bad", after)
     assert "\n" not in str(err.value)
-
-
-def final_counts(run_cfg):
-    """The OVQ slot counts [B, H, N] carried at the end of the stream (the run's last checkpoint)."""
-    (block,) = load_checkpoint(checkpoint_file(run_cfg))["states"]
-    return block["mixer.counts"]
 
 
 def test_an_override_that_changes_the_weights_is_refused_before_meta_training(tmp_path, monkeypatch):

@@ -8,7 +8,12 @@ from ovq_cl.ops.delta import gated_delta_rule, gated_delta_rule_chunked, gated_d
 
 from conftest import rel_err
 
-fla_naive = pytest.importorskip("fla.ops.gated_delta_rule.naive")
+
+
+def fla(module: str):
+    """An fla module for the tests that compare against fla's naive references (skipped without fla;
+    the other tests of this file need no fla)."""
+    return pytest.importorskip(module)
 
 
 def inputs(B, T, H, D, Dv=None, dtype=torch.float32, seed=0):
@@ -27,6 +32,7 @@ def inputs(B, T, H, D, Dv=None, dtype=torch.float32, seed=0):
 def test_matches_fla_naive_reference(T, D, chunk):
     q, k, v, decay, beta, s0 = inputs(2, T, 3, D)
     o, S = gated_delta_rule_chunked(q, k, v, decay, beta, initial_state=s0, chunk_size=chunk)
+    fla_naive = fla("fla.ops.gated_delta_rule.naive")
     o_ref, S_ref = fla_naive.naive_recurrent_gated_delta_rule(q, k, v, beta, decay, initial_state=s0, output_final_state=True)
     assert rel_err(o, o_ref) < 1e-4 and rel_err(S, S_ref) < 1e-4
     o_rec, S_rec = gated_delta_rule_recurrent(q, k, v, decay, beta, initial_state=s0)
@@ -38,7 +44,7 @@ def test_ungated_rule_matches_fla_delta_rule(T, D, chunk):
     """DeltaNet's op (our gated rule with g = 0) against fla's delta_rule_recurrence, an independent
     un-gated reference: layout [B, H, T, D], beta [B, H, T], q scaled by Dk^-1/2 inside (our default),
     initial_state added to its own zeros. Outputs and final state, float32."""
-    from fla.ops.delta_rule.naive import delta_rule_recurrence
+    delta_rule_recurrence = fla("fla.ops.delta_rule.naive").delta_rule_recurrence
 
     q, k, v, _, beta, s0 = inputs(2, T, 3, D, Dv=D + 2)
     zeros = torch.zeros_like(beta)
@@ -121,7 +127,8 @@ def test_fla_backward_guard_matches_fla_refusal(capability, triton_version, nvid
 def test_ssm_op_matches_fla_naive_simple_gla(T, L):
     """The SSM baseline's op (simple GLA) against flash-linear-attention's naive references, and its
     chunked form against its recurrence in float64 (outputs, every gradient, the final state)."""
-    from fla.ops.simple_gla.naive import naive_chunk_simple_gla, naive_recurrent_simple_gla
+    simple_gla = fla("fla.ops.simple_gla.naive")
+    naive_chunk_simple_gla, naive_recurrent_simple_gla = simple_gla.naive_chunk_simple_gla, simple_gla.naive_recurrent_simple_gla
 
     from ovq_cl.ops.ssm import simple_gla_chunked, simple_gla_recurrent
 

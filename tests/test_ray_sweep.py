@@ -9,8 +9,6 @@ import pytest
 
 from test_extensions import CONFIG, ovq_cl
 
-pytest.importorskip("ray")
-
 GRID = ["--grid", "seed=0;1;2;3"]
 
 
@@ -28,6 +26,7 @@ def records(tmp, store):
 
 @pytest.mark.slow
 def test_a_ray_sweep_gives_the_serial_sweeps_runs_and_table_and_survives_a_killed_trial(tmp_path):
+    pytest.importorskip("ray")          # only this test runs trials on Ray; the option checks need no Ray
     from experiments.tracking import runs_table
 
     (tmp_path / "cfg.yaml").write_text(CONFIG)
