@@ -243,11 +243,12 @@ class RunConfig:
         """A short hash of everything that changes the results (not tracking, checkpoints, progress)."""
         d = self.to_dict()
         if not d.get("plugins"):
-            d.pop("plugins", None)          # configs without plugins keep the identity they always had
+            d.pop("plugins", None)          # no plugins: the key is left out of the identity, so it equals
+            # that of runs recorded before the key existed (their results stay reusable)
         for key in ("tracking", "checkpoint", "output_dir", "progress", "device"):
             d.pop(key, None)
         if not d.get("after_meta", {}).get("model"):
-            d.pop("after_meta", None)                     # configs without it keep the identity they always had
+            d.pop("after_meta", None)                     # nothing after meta-training: left out of the identity, as plugins
         if d.get("precision") == "fp32":
             d.pop("precision")                            # the default keeps the identity it always had
         if self.resolved_device() != "cpu":

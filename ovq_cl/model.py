@@ -156,7 +156,7 @@ class DecoderLM(nn.Module):
         """Sum of the mixers' auxiliary losses from the last forward (VQ's commitment loss); 0 if none."""
         total = self.embed.weight.new_zeros(())
         for mixer in self.mixers:
-            aux = getattr(mixer, "aux_loss", None)
+            aux = mixer.aux_loss                       # declared on Mixer (None: no auxiliary loss)
             if aux is not None:
                 total = total + aux
         return total

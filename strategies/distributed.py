@@ -13,7 +13,7 @@ every minibatch: with ``strategy.train_mb_size = L`` and world size W, rank r ca
   single-process step on the whole minibatch, up to the order of float sums. Terms that are means over
   a rank's tokens (VQ's commitment loss, LwF's distillation over all positions) are averaged, which
   is exact since every rank holds the same number of lanes of the same length. VQ's EMA codebook
-  statistics are all-reduced in the layer (``ema_process_group``), so the replicas' codebooks agree.
+  statistics are all-reduced in the layer (``Mixer.set_process_group``), so the replicas' codebooks agree.
 - **Evaluation**: each rank reads its lanes of every eval minibatch from its carried state; the
   outputs are gathered (:func:`gather_rows`) so that every rank's metrics, hence R, are the
   single-process ones. A last partial minibatch may leave a rank nothing to compute.
@@ -128,16 +128,16 @@ def check_device(device: str) -> None:
 
 
 def check_mixer_options(model: torch.nn.Module) -> None:
-    """Options that would make the ranks compute what one process does not, refused before compute:
-    OVQ's ``init: random`` draws one row of noise per lane of the call, so rank r's lanes would get
-    the rows of lanes 0.. instead of their own."""
+    """Mixers that would make the ranks compute what one process does not (``Mixer.data_parallel_problem``,
+    e.g. OVQ's ``init: random``, which draws noise per lane of a call), refused before compute."""
     if active() is None:
         return
+    from ovq_cl.layers.base import Mixer
+
     for m in model.modules():
-        options = getattr(m, "options", None)
-        if getattr(options, "init", None) == "random":
-            raise ValueError(f"torchrun: {type(m).__name__} with init 'random' draws its noise per lane of a "
-                             "call, which differs when the lanes are sharded; use init 'spread' or one process")
+        problem = m.data_parallel_problem() if isinstance(m, Mixer) else None
+        if problem:
+            raise ValueError(f"torchrun: {type(m).__name__}: {problem}")
 
 
 # ------------------------------------------------------------------------------------ collectives
@@ -292,7 +292,7 @@ def broadcast_flag(flag: bool) -> bool:
 
 def prepare_model(model: torch.nn.Module) -> torch.nn.Module:
     """Rank 0's parameters and buffers on every rank, and layers with batch statistics (VQ's EMA
-    codebook: ``ema_process_group``) told to reduce them over the group."""
+    codebook) told to reduce them over the group (``Mixer.set_process_group``)."""
     dp = active()
     if dp is None:
         return model
@@ -301,7 +301,9 @@ def prepare_model(model: torch.nn.Module) -> torch.nn.Module:
             buf = t.data.to(dp.comm_device)
             dist.broadcast(buf, 0)
             t.data.copy_(buf.to(t.device))
+    from ovq_cl.layers.base import Mixer
+
     for m in model.modules():
-        if hasattr(m, "ema_process_group"):
-            m.ema_process_group = dist.group.WORLD
+        if isinstance(m, Mixer):
+            m.set_process_group(dist.group.WORLD)
     return model

@@ -115,6 +115,10 @@ class StreamInfo:
 class StreamData:
     """Everything a stream generates, before Avalanche: ``train[j]``/``test[j]`` are experience j's datasets.
 
+    ``meta_train``: an :class:`EpisodeDataset` or None (no meta-training). It must be one because the
+    learned gate measures the model on episodes meta-training never saw, drawn past its end
+    (:func:`held_out`); a plain Dataset is refused here, before anything runs, not after meta-training.
+
     ``delay_probe(filler_episodes, n)``, where the stream has one (ICR): a dataset of ``n`` items whose
     scored answers were bound ``filler_episodes`` training episodes earlier (``filler_episodes *
     info.seq_len`` tokens): what the delay-recall curve (``strategies.delay``) measures.
@@ -122,9 +126,15 @@ class StreamData:
 
     train: List[Dataset]
     test: List[Dataset]
-    meta_train: Optional[Dataset]
+    meta_train: Optional["EpisodeDataset"]
     info: StreamInfo
     delay_probe: Optional[Callable[[int, int], Dataset]] = None
+
+    def __post_init__(self) -> None:
+        if self.meta_train is not None and not isinstance(self.meta_train, EpisodeDataset):
+            raise TypeError(f"stream {self.info.name!r}: meta_train must be a streams.common.EpisodeDataset (the "
+                            "learned gate draws held-out episodes past its end) or None, got "
+                            f"{type(self.meta_train).__name__}")
 
 
 class EpisodeDataset(Dataset):
@@ -165,8 +175,9 @@ def to_benchmark(data: StreamData):
     """An Avalanche benchmark (CLScenario) of ``data``: ``train_stream`` and ``test_stream`` of K experiences.
 
     Experience j carries task label j (``experience.task_label``) and its dataset yields ``(x, y, j)``.
-    The benchmark also gets two attributes: ``info`` (``data.info``) and ``meta_train`` (an
-    AvalancheDataset with task label 0, or None), ``meta_train_episodes`` (the plain dataset, or None) and ``delay_probe`` (or None).
+    The benchmark also gets four attributes: ``info`` (``data.info``), ``meta_train`` (an
+    AvalancheDataset with task label 0, or None), ``meta_train_episodes`` (the plain
+    :class:`EpisodeDataset`, or None) and ``delay_probe`` (or None).
     """
     import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets

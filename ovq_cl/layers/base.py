@@ -41,6 +41,9 @@ class Mixer(nn.Module):
     #: the option a state budget sizes (``model.state_budget``); None: the state is not sized (it grows
     #: with T, like full attention's KV cache, and is reported, not matched)
     budget_knob: ClassVar[Optional[str]] = None
+    #: the auxiliary loss of the last forward (VQ's commitment loss), summed by ``DecoderLM.aux_loss``
+    #: into the training loss; None: this mixer has none
+    aux_loss: Optional[torch.Tensor] = None
 
     def __init__(self, d_model: int, n_heads: int, options: Optional[Any] = None, **overrides: Any) -> None:
         super().__init__()
@@ -106,6 +109,21 @@ class Mixer(nn.Module):
     def state_stats(self, state: Optional[MixerState]) -> Dict[str, float]:
         """Mixer-specific numbers about a state (e.g. OVQ's active slots); empty by default."""
         return {}
+
+    @property
+    def sizing_chunk(self) -> int:
+        """Tokens the state grows by at a time: budget sizing (``ovq_cl.layers.budget``) measures the state
+        after a whole number of them. Default: the ``chunk_size`` option where the mixer has one, else 1."""
+        return int(getattr(self.options, "chunk_size", 1) or 1)
+
+    def data_parallel_problem(self) -> Optional[str]:
+        """Why this mixer, as configured, would compute something else with its lanes sharded over
+        data-parallel ranks (refused under torchrun before any compute), or None: it shards exactly."""
+        return None
+
+    def set_process_group(self, group: Any) -> None:
+        """Under torchrun: the data-parallel group, for a mixer whose training updates statistics of
+        the batch (VQ's EMA codebook sums them over the group so replicas agree). Default: nothing."""
 
 
 def elem_size(dtype: torch.dtype) -> int:

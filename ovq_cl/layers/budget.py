@@ -1,10 +1,10 @@
 """Sizing a mixer to a state budget: the bytes one layer carries for one lane between calls.
 
 Each mixer names the option a budget sizes (``Mixer.budget_knob``): OVQ's slots N, VQ's codebook
-size, the sliding window W, the head width of linear attention and Gated DeltaNet (which also changes
-their parameter count: report both). :func:`size_to_budget` returns the options with the largest knob
+size, the sliding window W, the head width of linear attention, DeltaNet, Gated DeltaNet and the SSM
+(which also changes their parameter count: report both). :func:`size_to_budget` returns the options with the largest knob
 whose state (float32, measured with the mixer's own ``state_nbytes`` at a long sequence that is a
-multiple of its chunk, so no unfinished chunk is counted) fits the budget. Full attention has no knob:
+multiple of its chunk, ``Mixer.sizing_chunk``, so no unfinished chunk is counted) fits the budget. Full attention has no knob:
 its KV cache grows with T and is reported at the stream's length, not matched.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ def state_bytes(name: str, d_model: int, n_heads: int, options: Any) -> int:
     """Bytes per layer and lane (float32) of mixer ``name`` with ``options``, after a long sequence."""
     spec = MIXERS.get(name)
     mixer = spec.cls(d_model=d_model, n_heads=n_heads, options=mixer_options(name, options))
-    seq_len = SIZING_CHUNKS * int(getattr(mixer.options, "chunk_size", 1) or 1)
+    seq_len = SIZING_CHUNKS * mixer.sizing_chunk
     return mixer.state_nbytes(seq_len)
 
 

@@ -43,7 +43,7 @@ class GatedDeltaNetOptions(MixerOptions):
     # (gate + conv): 0.051; gate: 0.082. DeltaNet (decay False): 0.949, + conv 0.743.
     dt_max: float = 0.01
     output_gate: bool = False            # True: o = norm(o) * silu(W_g x) as in fla's layer; False: o = norm(o)
-    short_conv: int = 0                  # 0: the LM's token shift is the only short mixing (as before the knob)
+    short_conv: int = 0                  # 0: no convolution; the LM's token shift is the only short mixing
     output_norm: bool = True
     decay: bool = True
 
@@ -78,7 +78,8 @@ class GatedDeltaNet(Mixer):
     def __init__(self, d_model: int, n_heads: int, options: Optional[GatedDeltaNetOptions] = None, **overrides) -> None:
         super().__init__(d_model, n_heads, options, **overrides)
         o = self.options
-        # the creation order of the default layer is kept: a seed gives the same weights as before the knobs
+        # modules are created in a fixed order (projections first, then the options' extras): a seed gives
+        # the default layer the same weights whatever extras other configurations switch on
         self.add_qkvo_projections()
         self.g_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False) if o.output_gate else None
         self.b_proj = nn.Linear(d_model, n_heads, bias=True)

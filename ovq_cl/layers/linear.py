@@ -36,7 +36,7 @@ class LinearAttentionOptions(MixerOptions):
     normalize: bool = True
     chunk_size: int = 64
     query_scale: str = "none"            # none: phi(q) (a scale would cancel when normalised); inside: phi(q / sqrt(d))
-    short_conv: int = 0                  # 0 keeps the layer as it was before the knob (no conv, no cache)
+    short_conv: int = 0                  # 0: no convolution and no convolution cache in the state
     output_norm: bool = True
 
     def __post_init__(self) -> None:

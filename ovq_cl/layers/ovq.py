@@ -51,6 +51,14 @@ class OVQAttention(Mixer):
                                      requires_grad=self.options.learn_beta)
         self.backend = self.options.backend
 
+    def data_parallel_problem(self) -> Optional[str]:
+        """``init: random`` draws one row of noise per lane of a call, so with the lanes sharded rank r's
+        lanes would get the rows of lanes 0.. instead of their own."""
+        if self.options.init == "random":
+            return ("init 'random' draws its noise per lane of a call, which differs when the lanes are "
+                    "sharded; use init 'spread' or one process")
+        return None
+
     def forward(self, x: torch.Tensor, state: Optional[OVQState] = None) -> Tuple[torch.Tensor, OVQState]:
         """x: [B, T, d_model] -> y [B, T, d_model], state."""
         self.check_input(x, state)

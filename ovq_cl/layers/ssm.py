@@ -59,7 +59,8 @@ class SSMMixer(Mixer):
     def __init__(self, d_model: int, n_heads: int, options: Optional[SSMOptions] = None, **overrides) -> None:
         super().__init__(d_model, n_heads, options, **overrides)
         o = self.options
-        # the creation order of the default layer is kept: a seed gives the same weights as before the knobs
+        # modules are created in a fixed order (projections first, then the options' extras): a seed gives
+        # the default layer the same weights whatever extras other configurations switch on
         self.add_qkvo_projections()
         self.g_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False) if o.output_gate else None
         self.a_proj = nn.Linear(d_model, n_heads, bias=False)

@@ -73,8 +73,12 @@ class VQAttention(Mixer):
         self.recompute_chunks = int(recompute_chunks)
         self.aux_loss: Optional[torch.Tensor] = None
         # data-parallel training: the process group whose ranks sum their batch statistics before the
-        # EMA step, so every replica's codebook sees the whole batch (set by strategies.distributed)
+        # EMA step, so every replica's codebook sees the whole batch (set_process_group)
         self.ema_process_group = None
+
+    def set_process_group(self, group) -> None:
+        """The ranks whose batch statistics the EMA step sums (the Mixer hook, called under torchrun)."""
+        self.ema_process_group = group
 
     def __getstate__(self):
         # The last commitment loss is a non-leaf tensor with its autograd graph: it belongs to the last
