@@ -38,6 +38,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
+from ovq_cl.layers.base import Mixer
+
 
 @dataclass(frozen=True)
 class DataParallel:
@@ -132,8 +134,6 @@ def check_mixer_options(model: torch.nn.Module) -> None:
     e.g. OVQ's ``init: random``, which draws noise per lane of a call), refused before compute."""
     if active() is None:
         return
-    from ovq_cl.layers.base import Mixer
-
     for m in model.modules():
         problem = m.data_parallel_problem() if isinstance(m, Mixer) else None
         if problem:
@@ -301,8 +301,6 @@ def prepare_model(model: torch.nn.Module) -> torch.nn.Module:
             buf = t.data.to(dp.comm_device)
             dist.broadcast(buf, 0)
             t.data.copy_(buf.to(t.device))
-    from ovq_cl.layers.base import Mixer
-
     for m in model.modules():
         if isinstance(m, Mixer):
             m.set_process_group(dist.group.WORLD)

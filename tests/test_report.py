@@ -258,8 +258,6 @@ def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
 
 
 def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, monkeypatch):
-    import experiments.cli as cli
-
     studies = tmp_path / "studies"
     studies.mkdir()
     (studies / "two.yaml").write_text(
@@ -267,9 +265,8 @@ def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, mo
         "  - \"ovq-cl state-sizes\"\n")
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(study_runner, "write_report", lambda *a, **k: None)
-    calls = []
-    monkeypatch.setattr(cli, "main", lambda argv: calls.append(argv) or 0)
-    assert study_runner.run_study("two", cli.main, sweep_args=["--backend", "ray", "--trial-cpus", "1"]) == 0
+    calls = []                                  # what the CLI's main would have been asked to run
+    assert study_runner.run_study("two", lambda argv: calls.append(argv) or 0, sweep_args=["--backend", "ray", "--trial-cpus", "1"]) == 0
     assert calls == [["sweep", "a.yaml", "--grid", "seed=0;1", "--name", "a", "--out", "results", "--backend", "ray",
                       "--trial-cpus", "1"], ["state-sizes"]]
 
