@@ -11,7 +11,8 @@ axes; ``--meta-steps`` meta-training steps so the weights move. Each run is fres
 temporary store; what is written per config identity: R, R_se, the facts-in-force matrices, every
 summary, the gates and the meta-training losses, as exact floats (JSON keeps a double's repr).
 ``--only PATTERN`` keeps configs whose label contains PATTERN; ``--every K`` every K-th of them (a
-spread sample: the 285 configs take hours); ``--limit N`` the first N.
+spread sample: the 285 configs take hours); ``--limit N`` the first N; ``--same-as EARLIER.json`` exactly
+the configs recorded in an earlier file (the "after" of a partial "before").
 """
 from __future__ import annotations
 
@@ -60,15 +61,22 @@ def _exact(x):
     return x
 
 
-def record(path: str, meta_steps: int, only: str, limit: int, every: int = 1) -> int:
+def _key(study: str, cfg) -> str:
+    return f"{study} | {cfg.label()} | {cfg.identity()}"
+
+
+def record(path: str, meta_steps: int, only: str, limit: int, every: int = 1, same_as: str = "") -> int:
     from experiments.runner import run
 
     root = tempfile.mkdtemp(prefix="same_results_")
     configs = [(s, c) for s, c in sample_configs(meta_steps, root) if only in c.label()][::every][: limit or None]
+    if same_as:
+        wanted = set(json.load(open(same_as)))
+        configs = [(s, c) for s, c in configs if _key(s, c) in wanted]
     print(f"{len(configs)} configs", flush=True)
     done = json.load(open(path)) if os.path.exists(path) else {}
     for k, (study, cfg) in enumerate(configs):
-        key = f"{study} | {cfg.label()} | {cfg.identity()}"
+        key = _key(study, cfg)
         if key in done:
             continue
         t = time.perf_counter()
@@ -107,12 +115,13 @@ def main(argv=None) -> int:
     r.add_argument("--only", default="")
     r.add_argument("--limit", type=int, default=0)
     r.add_argument("--every", type=int, default=1)
+    r.add_argument("--same-as", default="", help="only the configs recorded in this earlier file")
     c = sub.add_parser("compare")
     c.add_argument("before")
     c.add_argument("after")
     args = p.parse_args(argv)
     if args.command == "record":
-        return record(args.out, args.meta_steps, args.only, args.limit, args.every)
+        return record(args.out, args.meta_steps, args.only, args.limit, args.every, args.same_as)
     return compare(args.before, args.after)
 
 

@@ -92,7 +92,7 @@ def _dispatch(args, parser) -> int:
 
         cfg = run_config(args.config, args.overrides, plugins=args.plugin)
         cfg.progress = cfg.progress or not args.quiet           # one bar per phase, on stderr
-        from strategies import distributed
+        from strategies.training import distributed
 
         try:
             result = run(cfg, rerun=args.rerun, announce=_silent if args.quiet else _say)
@@ -160,7 +160,7 @@ def _dispatch(args, parser) -> int:
 
 
 def _under_torchrun() -> bool:
-    from strategies import distributed
+    from strategies.training import distributed
 
     return distributed.launched()
 
@@ -194,7 +194,7 @@ def _print_result(result) -> None:
               f"{'learned' if g['learned'] else 'NOT LEARNED'}")
     d = result.delay
     if d:
-        from strategies.delay import DelayCurve
+        from strategies.evaluation.delay import DelayCurve
         curve, dg = DelayCurve.from_dict(d["curve"]), d["gate"]
         span = d.get("span")
         print(f"delay-recall curve (fresh state, before the stream; span: {metric_span(span, curve)}):")

@@ -5,7 +5,7 @@ the model seed ``seed`` and the data seeds ``stream.options.seed`` / ``meta_seed
 seeds are replicates. Every row shows mean ± std [95% CI] (n) over replicates, the metric's name,
 state bytes per layer and lane, and parameters.
 
-Runs that did not learn (``strategies.gate``: held-out skill or the stream's learning score below
+Runs that did not learn (``strategies.evaluation.gate``: held-out skill or the stream's learning score below
 threshold) have no forgetting: their forgetting and BWT cells say ``not learned`` and are left out of
 the interval, never shown as small numbers beside real ones.
 
@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from experiments.config import SEED_KEYS
 from experiments.intervals import mean_interval, paired_comparison
-from strategies import forgetting
+from strategies.evaluation import forgetting
 
 SCORES = ("final_average", "learning_average")
 FORGETTING = ("forgetting_max", "forgetting_learned", "bwt")
@@ -374,7 +374,7 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
     difference (other - baseline; positive: the other forgets more) over replicates where both learned,
     the learning-score difference (baseline - other) over all shared replicates, and their costs. Streams
     whose facts change are compared against the facts in force (``summary_current``) when both have it."""
-    from strategies.scores import higher_is_better
+    from strategies.evaluation.metrics import higher_is_better
 
     groups = group_records(records)
     base_key = find_group(groups, baseline)

@@ -53,7 +53,7 @@ DELAY_GATES = ("none", "experience")
 
 @dataclass
 class GateSection:
-    """The learned gate (``strategies.gate``): skill = (score - chance) / (perfect - chance)."""
+    """The learned gate (``strategies.evaluation.gate``): skill = (score - chance) / (perfect - chance)."""
     episodes: int = 256                    # held-out meta-training episodes, each from a fresh state
     batch_size: int = 64
     min_skill: float = 0.5                 # held-out skill to count as learned
@@ -116,61 +116,65 @@ class RunConfig:
     precision: str = "fp32"                # fp32 | bf16 | fp16 (torch.autocast on the device; fp16 on CUDA only)
 
     def check(self) -> "RunConfig":
-        """Validates every section against its registry and fills the options in (a ValueError naming the
-        first bad key): mixers, stream, strategy. Nothing runs before this passes."""
+        """A validated copy with every option filled in (a ValueError naming the first bad key): mixers,
+        stream, strategy, the checkpoint folder. This config is left as it is. Nothing runs before this
+        passes."""
+        import copy
         import dataclasses as dc
+
+        cfg = copy.deepcopy(self)
 
         from strategies.registry import STRATEGIES, strategy_options
 
-        if self.strategy.name not in STRATEGIES:
-            raise ValueError(f"run config: unknown strategy {self.strategy.name!r}; known: {STRATEGIES.names()}")
-        self.strategy.options = dc.asdict(strategy_options(self.strategy.name, self.strategy.options))
-        if self.strategy.train_mb_size < 1:
-            raise ValueError(f"run config: strategy.train_mb_size must be >= 1, got {self.strategy.train_mb_size}")
+        if cfg.strategy.name not in STRATEGIES:
+            raise ValueError(f"run config: unknown strategy {cfg.strategy.name!r}; known: {STRATEGIES.names()}")
+        cfg.strategy.options = dc.asdict(strategy_options(cfg.strategy.name, cfg.strategy.options))
+        if cfg.strategy.train_mb_size < 1:
+            raise ValueError(f"run config: strategy.train_mb_size must be >= 1, got {cfg.strategy.train_mb_size}")
         from strategies.memory import POLICIES
 
-        if self.memory.policy not in POLICIES:
-            raise ValueError(f"run config: memory.policy must be one of {POLICIES}, got {self.memory.policy!r}")
-        if self.strategy.options.get("minibatches_per_forward", 1) > 1 and self.memory.policy == "reset_episode":
+        if cfg.memory.policy not in POLICIES:
+            raise ValueError(f"run config: memory.policy must be one of {POLICIES}, got {cfg.memory.policy!r}")
+        if cfg.strategy.options.get("minibatches_per_forward", 1) > 1 and cfg.memory.policy == "reset_episode":
             raise ValueError("run config: strategy.options.minibatches_per_forward > 1 joins episodes into one "
                              "forward, which memory.policy=reset_episode (a fresh state per episode) forbids")
-        self.model = self.model.resolved()
+        cfg.model = cfg.model.resolved()
         from streams import check_stream_options
 
-        check_stream_options(self.stream.name, self.stream.options)
-        if self.gate.episodes < 1 or self.gate.batch_size < 1:
+        check_stream_options(cfg.stream.name, cfg.stream.options)
+        if cfg.gate.episodes < 1 or cfg.gate.batch_size < 1:
             raise ValueError(f"run config: gate.episodes and gate.batch_size must be >= 1, got "
-                             f"{self.gate.episodes}, {self.gate.batch_size}")
-        _require(self.seed >= 0, "seed", ">= 0 (it seeds numpy, torch and the stream's data)", self.seed)
-        _require(self.strategy.epochs >= 1, "strategy.epochs", ">= 1", self.strategy.epochs)
-        _require(self.strategy.lr > 0, "strategy.lr", "> 0", self.strategy.lr)
-        _require(self.strategy.grad_clip is None or self.strategy.grad_clip > 0, "strategy.grad_clip",
-                 "> 0 or null", self.strategy.grad_clip)
-        _require(self.meta_train.steps >= 0, "meta_train.steps", ">= 0", self.meta_train.steps)
-        _require(self.meta_train.batch_size >= 1, "meta_train.batch_size", ">= 1", self.meta_train.batch_size)
-        _require(self.meta_train.lr > 0, "meta_train.lr", "> 0", self.meta_train.lr)
-        _require(self.meta_train.tbptt >= 0, "meta_train.tbptt", ">= 0 (0 = backpropagate through the whole item)",
-                 self.meta_train.tbptt)
-        _require(self.gate.delay_max_tokens is None or self.gate.delay_max_tokens >= 1, "gate.delay_max_tokens",
-                 ">= 1 or null (the stream's longest delay)", self.gate.delay_max_tokens)
-        _require(self.gate.delay_episodes >= 0, "gate.delay_episodes", ">= 0 (0 = no delay curve)", self.gate.delay_episodes)
-        _require(self.gate.delay in DELAY_GATES, "gate.delay", f"one of {DELAY_GATES}", self.gate.delay)
-        _require(self.meta_train.checkpoint_every >= 0, "meta_train.checkpoint_every", ">= 0 (0 = never)",
-                 self.meta_train.checkpoint_every)
+                             f"{cfg.gate.episodes}, {cfg.gate.batch_size}")
+        _require(cfg.seed >= 0, "seed", ">= 0 (it seeds numpy, torch and the stream's data)", cfg.seed)
+        _require(cfg.strategy.epochs >= 1, "strategy.epochs", ">= 1", cfg.strategy.epochs)
+        _require(cfg.strategy.lr > 0, "strategy.lr", "> 0", cfg.strategy.lr)
+        _require(cfg.strategy.grad_clip is None or cfg.strategy.grad_clip > 0, "strategy.grad_clip",
+                 "> 0 or null", cfg.strategy.grad_clip)
+        _require(cfg.meta_train.steps >= 0, "meta_train.steps", ">= 0", cfg.meta_train.steps)
+        _require(cfg.meta_train.batch_size >= 1, "meta_train.batch_size", ">= 1", cfg.meta_train.batch_size)
+        _require(cfg.meta_train.lr > 0, "meta_train.lr", "> 0", cfg.meta_train.lr)
+        _require(cfg.meta_train.tbptt >= 0, "meta_train.tbptt", ">= 0 (0 = backpropagate through the whole item)",
+                 cfg.meta_train.tbptt)
+        _require(cfg.gate.delay_max_tokens is None or cfg.gate.delay_max_tokens >= 1, "gate.delay_max_tokens",
+                 ">= 1 or null (the stream's longest delay)", cfg.gate.delay_max_tokens)
+        _require(cfg.gate.delay_episodes >= 0, "gate.delay_episodes", ">= 0 (0 = no delay curve)", cfg.gate.delay_episodes)
+        _require(cfg.gate.delay in DELAY_GATES, "gate.delay", f"one of {DELAY_GATES}", cfg.gate.delay)
+        _require(cfg.meta_train.checkpoint_every >= 0, "meta_train.checkpoint_every", ">= 0 (0 = never)",
+                 cfg.meta_train.checkpoint_every)
         import torch
 
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ValueError(f"run config: device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"run config: device={self.device} but no CUDA device is available here (use auto or cpu)")
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"run config: precision must be fp32, bf16 or fp16, got {self.precision!r}")
-        if self.precision == "fp16" and not self.resolved_device().startswith("cuda"):
+        if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
+            raise ValueError(f"run config: device must be auto, cpu, cuda or cuda:N, got {cfg.device!r}")
+        if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"run config: device={cfg.device} but no CUDA device is available here (use auto or cpu)")
+        if cfg.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"run config: precision must be fp32, bf16 or fp16, got {cfg.precision!r}")
+        if cfg.precision == "fp16" and not cfg.resolved_device().startswith("cuda"):
             raise ValueError("run config: precision=fp16 needs a CUDA device (use bf16 on the CPU)")
-        if self.checkpoint.dir is None:
-            self.checkpoint.dir = os.path.join(self.output_dir, "checkpoints")
-        self.stream_model()                    # after_meta.model: validated before anything runs
-        return self
+        if cfg.checkpoint.dir is None:
+            cfg.checkpoint.dir = os.path.join(cfg.output_dir, "checkpoints")
+        cfg.stream_model()                    # after_meta.model: validated before anything runs
+        return cfg
 
     def stream_model(self) -> ModelConfig:
         """The model config of everything after meta-training: ``model`` with ``after_meta.model``
@@ -242,15 +246,17 @@ class RunConfig:
     def identity(self) -> str:
         """A short hash of everything that changes the results (not tracking, checkpoints, progress)."""
         d = self.to_dict()
+        # A section at its default that changes nothing (no plugins, nothing after meta-training, fp32) is
+        # left out, so a config that does not use it hashes as one written without the key: runs recorded
+        # with such configs stay reusable when a new section is added.
         if not d.get("plugins"):
-            d.pop("plugins", None)          # no plugins: the key is left out of the identity, so it equals
-            # that of runs recorded before the key existed (their results stay reusable)
+            d.pop("plugins", None)
         for key in ("tracking", "checkpoint", "output_dir", "progress", "device"):
             d.pop(key, None)
         if not d.get("after_meta", {}).get("model"):
-            d.pop("after_meta", None)                     # nothing after meta-training: left out of the identity, as plugins
+            d.pop("after_meta", None)
         if d.get("precision") == "fp32":
-            d.pop("precision")                            # the default keeps the identity it always had
+            d.pop("precision")
         if self.resolved_device() != "cpu":
             d["device"] = self.resolved_device()          # another device can change the numbers
         d["meta_train"].pop("checkpoint_every", None)    # when to save does not change what is computed
@@ -332,7 +338,8 @@ def with_data_seed(cfg: RunConfig) -> RunConfig:
 
     has_seed = "seed" in {f.name for f in dataclasses.fields(STREAMS.get(cfg.stream.name).options_type)}
     if has_seed and "seed" not in cfg.stream.options:
-        cfg.stream.options = {**cfg.stream.options, "seed": cfg.seed}
+        stream = dataclasses.replace(cfg.stream, options={**cfg.stream.options, "seed": cfg.seed})
+        return dataclasses.replace(cfg, stream=stream)      # a new config; ``cfg`` is left as it is
     return cfg
 
 

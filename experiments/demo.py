@@ -15,8 +15,8 @@ import torch
 from tqdm import tqdm
 
 from ovq_cl import DecoderLM, model_config
-from strategies.scores import SequenceScore
-from strategies.step import train_step
+from strategies.evaluation.metrics import SequenceScore
+from strategies.training.step import train_step
 from streams.recall import RecallSpec, recall_batch
 
 DEFAULT_MIXERS = ["ovq", "vq", "full", "swa", "linear", "delta", "deltanet", "ssm", "swa+ovq"]

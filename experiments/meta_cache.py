@@ -27,11 +27,11 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from strategies.checkpoint import rng_state
+from strategies.training.checkpoint import rng_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-META_CODE = ("ovq_cl", "streams", "strategies/__init__.py", "strategies/meta.py", "strategies/scores.py",
-             "strategies/step.py", "strategies/distributed.py", "pyproject.toml", "constraints.txt")
+META_CODE = ("ovq_cl", "streams", "strategies/__init__.py", "strategies/training", "strategies/evaluation/__init__.py",
+             "strategies/evaluation/metrics.py", "pyproject.toml", "constraints.txt")
 META_CACHE_VERSION = 1            # bump when the runner's call of meta_train changes
 _CODE_HASH: Optional[str] = None
 

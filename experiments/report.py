@@ -227,7 +227,7 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
 
     from experiments.intervals import mean_interval
 
-    from strategies.scores import higher_is_better
+    from strategies.evaluation.metrics import higher_is_better
 
     parts = _partitions(records, partition, partition_default)
     fig, axes = plt.subplots(1, len(parts), figsize=(5.2 * len(parts), 4.8), squeeze=False)

@@ -32,9 +32,9 @@ from avalanche.training.storage_policy import ExperienceBalancedBuffer, Reservoi
 from avalanche.training.utils import zerolike_params_dict
 
 from ovq_cl.base import collate_episodes, scored_mask
-from strategies import distributed
+from strategies.training import distributed
 from strategies.plugins import CheckpointedPlugin
-from strategies.scores import sequence_loss
+from strategies.evaluation.metrics import sequence_loss
 
 
 FISHER_ESTIMATES = ("per_sample", "minibatch")

@@ -12,7 +12,7 @@
 
 ``FrozenWeights`` streams experiences with no weight update: only the layers' own memory learns.
 
-Under torchrun (``strategies.distributed``) each rank takes its block of the lanes of every minibatch
+Under torchrun (``strategies.training.distributed``) each rank takes its block of the lanes of every minibatch
 (its own carried state), weights its loss by its share of the answers and averages the gradients; in
 evaluation the outputs of every rank's lanes are gathered, so metrics see the whole minibatch.
 """
@@ -27,9 +27,9 @@ import ovq_cl.base.avalanche_compat  # noqa: F401
 from avalanche.training.templates import SupervisedTemplate
 
 from ovq_cl.base import collate_episodes
-from strategies import distributed
-from strategies.scores import sequence_loss
-from strategies.step import clip_gradients, n_answers, training_objective
+from strategies.training import distributed
+from strategies.evaluation.metrics import sequence_loss
+from strategies.training.step import clip_gradients, n_answers, training_objective
 
 
 class SequenceTemplate(SupervisedTemplate):

@@ -121,7 +121,7 @@ class StreamData:
 
     ``delay_probe(filler_episodes, n)``, where the stream has one (ICR): a dataset of ``n`` items whose
     scored answers were bound ``filler_episodes`` training episodes earlier (``filler_episodes *
-    info.seq_len`` tokens): what the delay-recall curve (``strategies.delay``) measures.
+    info.seq_len`` tokens): what the delay-recall curve (``strategies.evaluation.delay``) measures.
     """
 
     train: List[Dataset]

@@ -4,6 +4,8 @@ import os
 # (fla, ovq_cl's Triton kernels): set it before any of them so that the kernels run on the CPU in
 # every test worker. An explicit TRITON_INTERPRET=0 (GPU runs, benchmarks/gpu_check.sh) wins.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# MLflow telemetry off before any test imports mlflow (experiments/__init__.py says why)
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -8,7 +8,7 @@ from torch.utils.data import TensorDataset
 
 from ovq_cl.layers import OVQAttention, VQAttention
 from ovq_cl.layers.base import Mixer, MixerOptions
-from strategies import distributed
+from strategies.training import distributed
 from streams.common import EpisodeDataset, StreamData, StreamInfo
 
 

@@ -1,4 +1,4 @@
-"""Data-parallel runs under torchrun (strategies.distributed): two gloo processes give the result
+"""Data-parallel runs under torchrun (strategies.training.distributed): two gloo processes give the result
 matrix, the carried memory and the weights of one process, and a run resumes with another world size.
 
 Four launches of one tiny config: one process; two processes; one process killed after experience 1
@@ -50,7 +50,7 @@ def torchrun(tmp, *args, env=None):
 
 def checkpoint(tmp, store):
     import ovq_cl.base.avalanche_compat  # noqa: F401
-    from strategies.checkpoint import load_checkpoint
+    from strategies.training.checkpoint import load_checkpoint
 
     (path,) = glob.glob(os.path.join(tmp, "ckpt", store, "*", "last.pt"))
     return load_checkpoint(path)
@@ -112,7 +112,7 @@ def test_two_processes_give_one_process_run_and_a_run_resumes_with_another_world
 
 def test_batches_must_split_across_the_ranks_and_sweeps_are_refused_under_torchrun(tmp_path, monkeypatch, capsys):
     from experiments.cli import main
-    from strategies import distributed
+    from strategies.training import distributed
 
     assert distributed.DataParallel(1, 2, 1, "gloo").lane_range(4, 4) == (2, 4)
     assert distributed.DataParallel(1, 2, 1, "gloo").lane_range(2, 4) == (2, 2)     # a partial batch: none
@@ -134,9 +134,9 @@ def test_rank_weights_make_the_mean_of_local_losses_the_whole_batchs_loss(monkey
     lanes hold different numbers of scored answers."""
     import torch
 
-    from strategies import distributed
-    from strategies.scores import sequence_loss
-    from strategies.step import n_answers
+    from strategies.training import distributed
+    from strategies.evaluation.metrics import sequence_loss
+    from strategies.training.step import n_answers
 
     torch.manual_seed(0)
     out, y = torch.randn(4, 6, 5, dtype=torch.float64), torch.randint(0, 5, (4, 6))
@@ -165,8 +165,8 @@ def test_a_step_on_two_simulated_ranks_is_the_one_process_step(monkeypatch, tbpt
     import torch
 
     from ovq_cl import DecoderLM, model_config
-    from strategies import distributed
-    from strategies.step import n_answers, train_step
+    from strategies.training import distributed
+    from strategies.training.step import n_answers, train_step
 
     from ovq_cl.layers.vq import VQAttention
 

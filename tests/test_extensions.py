@@ -39,7 +39,7 @@ def ovq_cl(tmp, *args, env=None):
 
 
 def final_R(ckpt_dir):
-    from strategies.checkpoint import load_checkpoint
+    from strategies.training.checkpoint import load_checkpoint
 
     (path,) = glob.glob(os.path.join(ckpt_dir, "*", "last.pt"))
     ckpt = load_checkpoint(path)

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from strategies import forgetting as fg
+from strategies.evaluation import forgetting as fg
 
 R = [
     [0.9, 0.1, 0.0],
@@ -73,7 +73,7 @@ def _avalanche_classification_run(shifts):
     from avalanche.training.supervised import Naive
     from torch.utils.data import TensorDataset
 
-    from strategies.metrics import ResultMatrix
+    from strategies.evaluation.results import ResultMatrix
 
     def task(shift, seed):
         g = torch.Generator().manual_seed(seed)

@@ -54,7 +54,7 @@ def test_imports_flow_one_way(package):
 
 
 def test_the_rules_catch_a_violation():
-    assert not RULES["streams"]("ovq_cl.model") and not RULES["streams"]("strategies.metrics")
+    assert not RULES["streams"]("ovq_cl.model") and not RULES["streams"]("strategies.evaluation.results")
     assert RULES["streams"]("ovq_cl.base.tokens") and not RULES["ovq_cl"]("avalanche.core")
 
 
@@ -152,3 +152,18 @@ def test_the_cycle_finder_finds_a_circle_through_a_function_level_import(tmp_pat
     (pkg / "y.py").write_text("def f():\n    from p import x\n")
     files = {"p": str(pkg / "__init__.py"), "p.x": str(pkg / "x.py"), "p.y": str(pkg / "y.py")}
     assert cycles(import_edges(files)) == [["p.x", "p.y"]]
+
+
+BENEATH_THE_STRATEGIES = ("strategies.training", "strategies.evaluation")
+
+
+def test_training_and_evaluation_sit_beneath_the_strategies():
+    """strategies/training and strategies/evaluation are what the strategies (and the runner) use: they
+    import nothing of the strategies themselves (templates, regularisers, registry, plugins)."""
+    edges = import_edges(module_files())
+    beneath = lambda m: m.startswith(BENEATH_THE_STRATEGIES)      # noqa: E731
+    bad = {m: sorted(t for t in targets if t.startswith("strategies") and not beneath(t) and t != "strategies")
+           for m, targets in edges.items() if beneath(m)}
+    bad = {m: t for m, t in bad.items() if t}
+    assert not bad, f"training/evaluation importing the strategies above them: {bad}"
+    assert "strategies.training.step" in edges["strategies.sequence"]          # the rule sees real edges

@@ -9,8 +9,8 @@ from experiments.config import run_config
 from experiments.runner import run
 from ovq_cl import DecoderLM, model_config
 from ovq_cl.base import IGNORE
-from strategies.delay import DelayCurve, DelayPoint, delay_gate, filler_ladder, measure_delay_curve
-from strategies.step import train_step
+from strategies.evaluation.delay import DelayCurve, DelayPoint, delay_gate, filler_ladder, measure_delay_curve
+from strategies.training.step import train_step
 from streams.icr import _meta_episode, icr_config, icr_data, train_len
 
 from test_measurement import TableOracle, TableState

@@ -13,12 +13,12 @@ from avalanche.training.plugins import EvaluationPlugin
 from experiments.config import run_config
 from ovq_cl import DecoderLM, model_config
 from ovq_cl.state import MixerState
-from strategies import forgetting as fg
-from strategies.gate import measure_gate
-from strategies.scores import chance_score, skill
+from strategies.evaluation import forgetting as fg
+from strategies.evaluation.gate import measure_gate
+from strategies.evaluation.metrics import chance_score, skill
 from strategies.memory import PersistentMemoryPlugin
-from strategies.metrics import ResultMatrix
-from strategies.scores import SequenceScore
+from strategies.evaluation.results import ResultMatrix
+from strategies.evaluation.metrics import SequenceScore
 from strategies.sequence import FrozenWeights
 from streams import icr_benchmark, icr_data
 from streams.common import IGNORE, held_out

@@ -9,7 +9,7 @@ from experiments import study as study_runner
 
 def _run(layers, seed, R, learned=True):
     K = len(R)
-    from strategies.forgetting import summary
+    from strategies.evaluation.forgetting import summary
 
     return {"label": f"{layers}-s{seed}", "params": {"model.layers": f"['{layers}']", "seed": str(seed),
                                                     "stream.options.seed": str(seed)},

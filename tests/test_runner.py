@@ -6,7 +6,7 @@ import pytest
 
 from experiments.config import run_config
 from experiments.runner import run
-from strategies.checkpoint import load_checkpoint
+from strategies.training.checkpoint import load_checkpoint
 
 TINY = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "layers": ["ovq"], "mixers": {"ovq": {"num_slots": 16, "chunk_size": 4}}},
@@ -89,8 +89,7 @@ def test_checkpoint_resume_gives_the_same_final_metrics(in_tmp):
     root, uri = in_tmp
     straight = run(cfg_for(root, "straight"))
     cfg = cfg_for(root, "resumed")
-    with pytest.raises(KeyboardInterrupt):
-        run(cfg, stop_after=0)
+    assert run(cfg, stop_after=0).after_experience == 0
     assert [r["status"] for r in runs_table("resumed", uri)] == ["KILLED"]           # not left RUNNING
     ckpt = load_checkpoint(result_path := checkpoint_file(cfg))
     assert ckpt["next_experience"] == 1 and ckpt["states"] is not None
@@ -135,8 +134,7 @@ def test_every_strategy_runs_and_resumes(tmp_path, strategy):
             "strategy": {**TINY["strategy"], "name": strategy, "options": {"mem_size": 4} if strategy == "replay" else {}}}
     straight = run(run_config({**base, "checkpoint": {"dir": str(tmp_path / "a")}}))
     cfg = run_config({**base, "checkpoint": {"dir": str(tmp_path / "b")}})
-    with pytest.raises(KeyboardInterrupt):
-        run(cfg, stop_after=1)
+    assert run(cfg, stop_after=1).after_experience == 1
     assert run(cfg).R == straight.R
 
 
@@ -181,7 +179,7 @@ def test_too_few_episodes_for_the_lanes_is_said_before_meta_training(in_tmp, mon
     def no_meta_training(*args, **kwargs):
         raise AssertionError("meta-training started")
 
-    monkeypatch.setattr(runner, "_start", no_meta_training)
+    monkeypatch.setattr(runner, "meta_phase", no_meta_training)
     cfg = run_config({**TINY, "strategy": {**TINY["strategy"], "train_mb_size": 16}})
     with pytest.raises(ValueError, match=r"experience 0 has 8 training episodes, fewer than strategy.train_mb_size=16"):
         run(cfg)
@@ -308,11 +306,49 @@ def test_the_meta_training_loop_imports_only_code_the_shared_cache_hashes():
 
     from experiments.meta_cache import META_CODE, ROOT
 
-    code = ("import os, sys, strategies.meta; r = sys.argv[1]; print('\\n'.join(os.path.relpath(m.__file__, r) "
+    code = ("import os, sys, strategies.training.meta; r = sys.argv[1]; print('\\n'.join(os.path.relpath(m.__file__, r) "
             "for m in list(sys.modules.values()) if getattr(m, '__file__', None) and m.__file__.startswith(r) "
             "and '.venv' not in m.__file__))")
     out = subprocess.run([sys.executable, "-c", code, ROOT], capture_output=True, text=True, cwd=ROOT, check=True)
     loaded = [p for p in out.stdout.split() if p]
-    assert "strategies/meta.py" in loaded
+    assert "strategies/training/meta.py" in loaded
     outside = [p for p in loaded if not any(p == e or p.startswith(e + "/") for e in META_CODE)]
     assert outside == []
+
+
+def test_run_and_check_leave_the_callers_config_as_it_was(in_tmp):
+    """The run works on its own resolved copy: vocabulary, data seed, progress and the filled-in options
+    change there, never in the caller's object (a sweep reuses its configs)."""
+    import copy
+
+    from experiments.config import RunConfig
+    from experiments.runner import ResolvedRun, resolve
+
+    root, _ = in_tmp
+    raw = RunConfig(**{**vars(cfg_for(root, "untouched"))})
+    raw.stream.options = {k: v for k, v in raw.stream.options.items() if k != "seed"}   # no data seed yet
+    raw.model.vocab_size, raw.progress = 7, False                                       # not the stream's
+    before = copy.deepcopy(raw)
+    checked = raw.check()
+    assert raw == before and checked is not raw and checked.model is not raw.model
+    resolved = resolve(raw)
+    assert isinstance(resolved, ResolvedRun) and raw == before
+    assert resolved.config.model.vocab_size != 7 and resolved.config.stream.options["seed"] == raw.seed
+    result = run(raw)
+    assert raw == before and result.config.model.vocab_size == resolved.config.model.vocab_size
+    with pytest.raises(Exception):                   # the resolved run is frozen
+        resolved.device = "cuda"
+
+
+def test_a_stopped_run_says_where_it_stopped_and_is_not_finished(in_tmp):
+    from experiments.runner import RunStopped
+    from experiments.tracking import runs_table
+
+    root, uri = in_tmp
+    cfg = cfg_for(root, "stopped")
+    stopped = run(cfg, stop_after=1)
+    assert isinstance(stopped, RunStopped) and stopped.after_experience == 1 and stopped.checkpoint
+    (row,) = runs_table("stopped", uri)
+    assert row["status"] == "KILLED" and row["tags"]["stopped_after_experience"] == "1"
+    assert row["run_id"] == stopped.run_id
+    assert len(run(cfg).R) == 3 and runs_table("stopped", uri)[0]["status"] == "FINISHED"

@@ -11,9 +11,9 @@ from avalanche.training.plugins import EvaluationPlugin
 
 from ovq_cl import DecoderLM, model_config
 from strategies.memory import PersistentMemoryPlugin
-from strategies.scores import sequence_loss
-from strategies.meta import meta_train
-from strategies.metrics import ResultMatrix
+from strategies.evaluation.metrics import sequence_loss
+from strategies.training.meta import meta_train
+from strategies.evaluation.results import ResultMatrix
 from strategies.regularizers import LanguageDistillationPlugin, SequenceEWCPlugin, SequenceReplayPlugin
 from strategies.sequence import FrozenWeights, SequenceTemplate
 from streams.common import StreamData, StreamInfo, to_benchmark

@@ -25,7 +25,7 @@ from ovq_cl.layers.base import elem_size
 from ovq_cl.state import MixerState
 from strategies.plugins import CheckpointedPlugin
 from strategies.registry import register_strategy
-from strategies.scores import MetricSpec, register_metric
+from strategies.evaluation.metrics import MetricSpec, register_metric
 from streams import EpisodeDataset, StreamData, StreamInfo, register_stream
 from streams.common import seeded_rng
 

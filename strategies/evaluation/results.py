@@ -1,6 +1,6 @@
 """The result matrix R[j][i] as an Avalanche plugin metric, and the size and statistics of a run's state.
 
-Scores themselves (the metric registry, the loss, SequenceScore) are in :mod:`strategies.scores`.
+Scores themselves (the metric registry, the loss, SequenceScore) are in :mod:`strategies.evaluation.metrics`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from avalanche.evaluation.metric_results import MetricValue
 from avalanche.evaluation.metric_utils import get_metric_name
 
 from ovq_cl.base import scored_mask
-from strategies.scores import SequenceScore
+from strategies.evaluation.metrics import SequenceScore
 
 
 class ResultMatrix(PluginMetric[float]):

@@ -33,12 +33,14 @@ import dataclasses
 import datetime
 import os
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from ovq_cl.layers.base import Mixer
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -288,6 +290,21 @@ def all_ranks(flag: bool) -> bool:
 def broadcast_flag(flag: bool) -> bool:
     """Rank 0's value of ``flag`` on every rank (a decision only rank 0 can take, e.g. from the store)."""
     return _flag_collective(flag, lambda buf: dist.broadcast(buf, 0))
+
+
+def decided_by_rank0(decide: Callable[[], Optional[T]], follow: Callable[[], Optional[T]], what: str) -> Optional[T]:
+    """A decision only rank 0 takes (it asks the tracking store, or finds a file), followed by every rank.
+
+    Rank 0 calls ``decide()`` (None: nothing found); every other rank learns whether it found something
+    and, if so, calls ``follow()`` to load the same thing itself. A rank that cannot is a FileNotFoundError
+    naming ``what``. In a single process: ``decide()``."""
+    found = decide() if is_main() else None
+    if broadcast_flag(found is not None) and found is None:
+        found = follow()
+        if found is None:
+            raise FileNotFoundError(f"torchrun: rank {_ACTIVE.rank if _ACTIVE else 0} cannot read {what} that rank 0 "
+                                    "read; every rank needs the checkpoint folder (a shared path)")
+    return found
 
 
 def prepare_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -4,7 +4,7 @@ Measured after meta-training, in eval mode, each item from a fresh state: the st
 (``StreamData.delay_probe``; ICR's: facts, then ``f`` filler episodes, then queries of those facts)
 at a ladder of filler lengths, from 0 to the longest delay the stream will test. Each point is a
 score with its episode-clustered standard error, chance on the same labels and skill (as in the
-learned gate, :mod:`strategies.gate`).
+learned gate, :mod:`strategies.evaluation.gate`).
 
 The curve answers two questions a forgetting comparison needs:
 
@@ -25,8 +25,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from strategies.gate import GateResult, measure_gate
-from strategies.scores import higher_is_better
+from strategies.evaluation.gate import GateResult, measure_gate
+from strategies.evaluation.metrics import higher_is_better
 
 
 @dataclass

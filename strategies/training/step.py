@@ -5,7 +5,7 @@
 
 The objective is the sequence loss over scored positions (cross-entropy, or MSE for regression) plus,
 in training, the model's auxiliary loss (VQ's commitment); a non-finite value is a FloatingPointError
-that says where it happened, raised before any weight moves. Under torchrun (``strategies.distributed``)
+that says where it happened, raised before any weight moves. Under torchrun (``strategies.training.distributed``)
 each rank's sequence loss is weighted by its share of the answers and the gradients are averaged across
 ranks before clipping: the step of one process on the whole batch.
 """
@@ -16,8 +16,8 @@ from typing import Optional, Tuple
 import torch
 
 from ovq_cl.base import scored_mask
-from strategies import distributed
-from strategies.scores import sequence_loss
+from strategies.training import distributed
+from strategies.evaluation.metrics import sequence_loss
 
 
 def n_answers(y: torch.Tensor) -> int:

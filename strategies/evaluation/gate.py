@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ovq_cl.base import collate_episodes
-from strategies.scores import SequenceScore, chance_score, skill
+from strategies.evaluation.metrics import SequenceScore, chance_score, skill
 
 @dataclass
 class GateResult:

@@ -1,0 +1,92 @@
+"""A run's result: :class:`RunResult`, what :func:`experiments.runner.run` returns for a finished run and
+the record it writes (``results.json`` in MLflow, the ``result`` of its last checkpoint)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from experiments.config import RunConfig
+from strategies.evaluation.metrics import higher_is_better
+
+
+@dataclass
+class RunResult:
+    """Everything a run measured (also written to MLflow as ``results.json``; see :meth:`record`).
+
+    R[j][i]: score on experience i after training experience j; R_se / R_n: its episode-clustered
+    standard error and number of answers. ``current``: for streams whose facts change, the matrices
+    scored against the labels in force after j (``R_current``, ``R_current_se``, ``updated``, ``stale``,
+    ``changed``), else None. ``gate`` / ``stream_gate``: :class:`strategies.evaluation.gate.GateResult` as dicts.
+    """
+
+    config: RunConfig
+    metric: str
+    R: List[List[Optional[float]]]
+    summary: Dict[str, float]
+    tokens_after: List[int]
+    state_bytes: List[int]
+    run_id: Optional[str] = None
+    checkpoint: Optional[str] = None
+    meta_history: List[Dict[str, float]] = field(default_factory=list)
+    R_se: List[List[Optional[float]]] = field(default_factory=list)
+    R_n: List[List[Optional[float]]] = field(default_factory=list)
+    current: Optional[Dict[str, List[List[Optional[float]]]]] = None
+    summary_current: Dict[str, float] = field(default_factory=dict)
+    gate: Dict[str, Any] = field(default_factory=dict)
+    stream_gate: Dict[str, Any] = field(default_factory=dict)
+    delay: Dict[str, Any] = field(default_factory=dict)
+    parameters: int = 0
+    state_bytes_per_lane: List[float] = field(default_factory=list)
+    wall_seconds: float = math.nan
+    artifact_uri: Optional[str] = None
+    code_version: Optional[str] = None     # experiments.code_version of the code that ran it (None: not recorded)
+
+    @classmethod
+    def from_record(cls, cfg: RunConfig, d: Dict[str, Any], checkpoint: Optional[str] = None) -> "RunResult":
+        """The result of a finished run, from its record (what :meth:`record` wrote)."""
+        return cls(cfg, d["metric"], d["R"], d["summary"], d["tokens_after"], d.get("state_bytes", []),
+                   d.get("run_id"), checkpoint, d.get("meta_history", []), R_se=d["R_se"], R_n=d["R_n"],
+                   current=d.get("current"), summary_current=d.get("summary_current", {}), gate=d.get("gate", {}),
+                   stream_gate=d.get("stream_gate", {}), delay=d.get("delay", {}), parameters=d.get("parameters", 0),
+                   state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
+                   wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"),
+                   code_version=d.get("code_version"))
+
+    @property
+    def learned(self) -> Optional[bool]:
+        """True when every gate that applies passed (held-out skill, delay when required, stream), False
+        when one failed, None when none was measured."""
+        return combined_gate(self.gate.get("learned"), delay_flag(self.delay), self.stream_gate.get("learned"))
+
+    def record(self) -> Dict[str, Any]:
+        """A JSON-able record of the run: config (flattened), seeds, every matrix and summary."""
+        from experiments.tracking import flatten_config
+
+        return {
+            "label": self.config.label(), "config_id": self.config.identity(), "params": flatten_config(self.config),
+            "seed": self.config.seed, "data_seed": self.config.data_seed, "metric": self.metric,
+            "higher_is_better": higher_is_better(self.metric), "R": self.R, "R_se": self.R_se, "R_n": self.R_n,
+            "current": self.current, "summary": self.summary, "summary_current": self.summary_current,
+            "gate": self.gate, "stream_gate": self.stream_gate, "delay": self.delay, "learned": self.learned,
+            "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
+            "state_bytes": self.state_bytes,
+            "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,
+            "wall_seconds": self.wall_seconds, "artifact_uri": self.artifact_uri, "code_version": self.code_version,
+        }
+
+
+def combined_gate(*flags: Optional[bool]) -> Optional[bool]:
+    """False if any gate failed, True if all measured gates passed, None if none was measured."""
+    measured = [f for f in flags if f is not None]
+    if not measured:
+        return None
+    return all(measured)
+
+
+
+def delay_flag(delay: Dict[str, Any]) -> Optional[bool]:
+    """The delay gate's verdict where the run requires it (``gate.delay``), else None (not a gate)."""
+    if not delay or not delay.get("required"):
+        return None
+    return delay.get("gate", {}).get("learned")

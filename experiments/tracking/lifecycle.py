@@ -1,0 +1,91 @@
+"""A run's life in the tracking store: its tracker (or a silent one), the Avalanche loggers that feed it,
+runs left RUNNING by killed processes, and whether a run still exists.
+
+The runner (``experiments.runner``) builds one tracker per run attempt with :func:`run_tracker`; ranks
+other than 0 and runs with ``tracking.enabled: false`` get a :class:`NullTracker`, which accepts every
+call and records nothing, so the phases never ask whether they are tracked.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Callable, Dict, Optional
+
+
+class NullTracker:
+    """A tracker that records nothing (no store, or a rank other than 0): every method is a no-op."""
+
+    run_id = None
+    tracking_uri = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def run_tracker(enabled: bool, experiment: str, run_name: str, tracking_uri: Optional[str],
+                parent_run_id: Optional[str], run_id: Optional[str], tags: Dict[str, Any]):
+    """A :class:`experiments.tracking.RunTracker` for a new run (``run_id`` None) or the reopened run
+    ``run_id``; a :class:`NullTracker` when not ``enabled``."""
+    if not enabled:
+        return NullTracker()
+    from experiments.tracking.runs import RunTracker
+
+    return RunTracker(experiment, run_name, tracking_uri, parent_run_id=parent_run_id,
+                      tags={**tags, "pid": os.getpid()}, run_id=run_id)
+
+
+def avalanche_loggers(tracker) -> list:
+    """Avalanche loggers writing to ``tracker`` (none for a :class:`NullTracker`)."""
+    if isinstance(tracker, NullTracker):
+        return []
+    from experiments.tracking import MLflowLogger
+
+    # Avalanche steps its metrics by training iteration, ours by experience: its names say which axis
+    return [MLflowLogger(tracker, prefix="by_iteration/")]
+
+
+def close_orphans(tracker, config_id: str, announce: Callable[[str], None]) -> None:
+    """Runs of ``config_id`` left RUNNING by a process of this host that no longer exists (killed
+    outright before its first checkpoint) are marked KILLED, so that no run stays RUNNING forever."""
+    if tracker.run_id is None:
+        return
+    client, me = tracker.client, tracker.run_id
+    query = f"tags.config_id = '{config_id}' and attributes.status = 'RUNNING'"
+    for old in client.search_runs([tracker.experiment_id], filter_string=query):
+        tags = old.data.tags
+        if old.info.run_id == me or tags.get("host") != socket.gethostname() or pid_alive(tags.get("pid")):
+            continue
+        client.set_tag(old.info.run_id, "error", f"orphaned: process {tags.get('pid')} ended without finishing "
+                                                 f"or a checkpoint; superseded by run {me}")
+        client.set_terminated(old.info.run_id, status="KILLED")
+        announce(f"ovq-cl: marked orphaned run {old.info.run_id} KILLED")
+
+
+def pid_alive(pid: Optional[str]) -> bool:
+    """Whether process ``pid`` of this host exists (a PID we may not signal exists too)."""
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_exists(uri: str, run_id: str) -> bool:
+    """Whether the store at ``uri`` holds run ``run_id`` (a replaced store no longer does)."""
+    from mlflow.exceptions import MlflowException
+
+    from experiments.tracking.runs import tracking_client
+
+    try:
+        tracking_client(uri).get_run(run_id)
+    except MlflowException:
+        return False
+    return True
