@@ -210,6 +210,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
         else:
             meta = meta_phase(resolved, session, tracker, opening)
             session.meta_history = meta.history
+            tracker.set_tags({"meta_train_source": meta.source})        # trained, resumed or shared
             session = after_meta(resolved, session, tracker)
             gates = gate_phase(resolved, session, tracker)
             session.gate, session.delay = gates.gate, gates.delay

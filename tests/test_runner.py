@@ -269,6 +269,10 @@ def test_runs_with_the_same_meta_training_share_it_and_get_the_same_numbers(in_t
     assert os.listdir(os.path.join(ckpt, "meta")) == stored
     alone = run(cfg("meta_alone", False, train_episodes=20))     # the same run, meta-training itself
     assert reused.R == alone.R and reused.gate == alone.gate
+    from experiments.tracking import runs_table
+
+    sources = {name: runs_table(name)[0]["tags"]["meta_train_source"] for name in ("meta_reused", "meta_alone")}
+    assert sources == {"meta_reused": "shared", "meta_alone": "trained"}
     other = run(cfg("meta_other", True, n_values=12))            # the meta-training data differ: a new entry
     assert len(os.listdir(os.path.join(ckpt, "meta"))) == 2 and other.R is not None
 
@@ -350,5 +354,6 @@ def test_a_stopped_run_says_where_it_stopped_and_is_not_finished(in_tmp):
     assert isinstance(stopped, RunStopped) and stopped.after_experience == 1 and stopped.checkpoint
     (row,) = runs_table("stopped", uri)
     assert row["status"] == "KILLED" and row["tags"]["stopped_after_experience"] == "1"
+    assert row["tags"]["meta_train_source"] in ("trained", "shared")
     assert row["run_id"] == stopped.run_id
     assert len(run(cfg).R) == 3 and runs_table("stopped", uri)[0]["status"] == "FINISHED"
