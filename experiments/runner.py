@@ -249,7 +249,8 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     check_lanes(cfg, bench)
     if bench.info.vocab_size is not None:
         cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
-    stream_model = cfg.stream_model()
+    with _rng_kept():                     # after seeding: what the run draws must not depend on after_meta
+        stream_model = cfg.stream_model()
     check_after_meta(cfg, stream_model, bench.info)
     if dp is not None:
         check_data_parallel_models(cfg, stream_model, bench.info)
@@ -304,15 +305,21 @@ def check_data_parallel_models(cfg: RunConfig, stream_model: ModelConfig, info) 
 
 
 @contextlib.contextmanager
-def _shapes_only():
-    """Models built inside have shapes only (no memory, no initialisation work), and the run's RNG is left
-    as it was (building a model draws its initial weights)."""
+def _rng_kept():
+    """The global RNG as it was on entry, whatever runs inside: building a model draws its initial
+    weights, and so does sizing a mixer to ``model.state_budget`` (it builds one to count its state)."""
     state = rng_state()
     try:
-        with torch.device("meta"):
-            yield
+        yield
     finally:
         set_rng_state(state)
+
+
+@contextlib.contextmanager
+def _shapes_only():
+    """Models built inside have shapes only (no memory, no initialisation work); the RNG is kept."""
+    with _rng_kept(), torch.device("meta"):
+        yield
 
 
 def seed_everything(seed: int) -> None:

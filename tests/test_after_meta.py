@@ -93,3 +93,14 @@ def test_an_override_that_changes_the_weights_is_refused_before_meta_training(tm
     bad = cfg(tmp_path, "weights", {"mixers": {"ovq": {"head_dim": 8}}}, tracking={"enabled": False})
     with pytest.raises(ValueError, match=r"changes the weights \(blocks.0.mixer.k_proj.weight: \(32, 32\) after meta-training, \(16, 32\) in the stream"):
         run(bad)
+
+
+def test_a_rule_after_meta_training_on_a_budget_sized_model_keeps_the_meta_training(in_tmp):
+    """Sizing a mixer to ``model.state_budget`` builds one, which draws from the global RNG: resolving the
+    stream's model (after_meta merged) must not shift what meta-training draws, or the weights shared
+    between rules (checkpoint.share_meta) would differ from each rule's own."""
+    root, _ = in_tmp
+    model = {**TINY["model"], "state_budget": 4000, "mixers": {"ovq": {"chunk_size": 4}}}
+    plain = run(cfg(root, "am_budget_plain", share=False, model=model))
+    other = run(cfg(root, "am_budget_other", OTHER, share=False, model=model))
+    assert other.meta_history == plain.meta_history and other.gate == plain.gate
