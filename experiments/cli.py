@@ -12,6 +12,7 @@ import sys
 from typing import List, Optional
 
 from experiments.arguments import build_parser, parse_args
+from experiments.run_lock import RunInUse
 
 
 class Terminated(KeyboardInterrupt):
@@ -31,7 +32,7 @@ def one_line(err: BaseException) -> str:
 
 #: what a user can cause and fix: printed as one line (with --debug: the traceback)
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError,
-               FloatingPointError)
+               FloatingPointError, RunInUse)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -133,6 +134,9 @@ def _dispatch(args, parser) -> int:
         if not records:
             print("ovq-cl: no finished runs found", file=sys.stderr)
             return 1
+        records, notes = compare.deduplicated(records)
+        for note in notes:
+            print(f"ovq-cl: {note}", file=sys.stderr)
         print(compare.summary_table(records))
         if args.baseline:
             print()

@@ -11,14 +11,22 @@ it is the installed package version.
 
 It is read once per process and kept: a sweep imports its code when it starts, so a checkout that
 changes while the sweep runs must not relabel the later runs with code they do not run.
+
+Code that is not ovq-cl's own changes results too: a run that loads plugins (``--plugin``, ``plugins:``)
+or registry entry points has the version ``code_version()`` plus ``+plugins.<hash>`` (the runner adds
+:func:`plugin_source_hash`) of the source of every such module's top-level package (all its ``.py`` files, so
+the helpers it imports from its own package count), read when the run starts. Editing a plugin makes
+a new run identity: no finished run or shared meta-training made by the old plugin code is reused.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import subprocess
+import sys
 from importlib import metadata
-from typing import Optional
+from typing import Iterable, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CODE_PATHS = ("ovq_cl", "streams", "strategies", "experiments", "pyproject.toml", "constraints.txt")
@@ -71,3 +79,38 @@ def _file_bytes(path: str) -> bytes:
             return fh.read()
     except OSError:
         return b""
+
+
+def plugin_source_hash(plugins: Iterable[str] = ()) -> str:
+    """A hash of the source of the named modules and of the entry points loaded in this process ('' when
+    there are none): every ``.py`` file of each one's top-level package (or the module's file), by path
+    relative to that package and content. Modules of ovq-cl itself are left to :func:`code_version`."""
+    from ovq_cl.base.registry import ENTRY_POINT_MODULES
+
+    roots = sorted({r for name in (*plugins, *ENTRY_POINT_MODULES) for r in _source_roots(name)})
+    if not roots:
+        return ""
+    h = hashlib.sha256()
+    for root in roots:
+        files = [root] if os.path.isfile(root) else sorted(
+            os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".py"))
+        for path in files:
+            h.update(os.path.relpath(path, os.path.dirname(root)).encode())
+            h.update(_file_bytes(path))
+    return h.hexdigest()[:12]
+
+
+def _source_roots(name: str) -> List[str]:
+    """The folder of ``name``'s top-level package, or its file for a lone module; none for ovq-cl's own."""
+    top = name.split(".")[0]
+    module = sys.modules.get(top) or importlib.import_module(top)
+    path = getattr(module, "__file__", None)
+    if path is None:                       # a namespace package: its folders
+        return [p for p in getattr(module, "__path__", []) if not _ours(p)]
+    root = os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+    return [] if _ours(root) else [os.path.abspath(root)]
+
+
+def _ours(path: str) -> bool:
+    return os.path.abspath(path).startswith(tuple(os.path.join(ROOT, p) for p in CODE_PATHS))
+

@@ -14,6 +14,7 @@ sweep writes (``ovq-cl sweep ... --out``), or the runs of an MLflow experiment (
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
@@ -61,6 +62,9 @@ class RunRecord:
     R: Optional[List[List[Optional[float]]]] = None
     tokens_after: Optional[List[int]] = None
     delay: Dict[str, Any] = field(default_factory=dict)   # the delay-recall curve and gate (runner's ``delay``)
+    config_id: Optional[str] = None           # the run identity: config (seeds included) ...
+    code_version: Optional[str] = None        # ... and the code that ran it
+    finished_at: float = 0.0                  # when it ended (MLflow), or its place in a JSON list: the latest wins
 
     @property
     def replicate(self) -> Tuple:
@@ -93,7 +97,7 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         gate_skill=_num((d.get("gate") or {}).get("skill")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
-        delay=dict(d.get("delay") or {}),
+        delay=dict(d.get("delay") or {}), config_id=d.get("config_id"), code_version=d.get("code_version"),
     )
 
 
@@ -113,6 +117,8 @@ def record_from_mlflow(row: Dict[str, Any]) -> RunRecord:
         learned=flag, gate_skill=_num(m.get("gate/skill")), stream_skill=_num(m.get("stream_gate/skill")),
         state_bytes=[m[k] for k in layers], parameters=int(m.get("model/parameters", 0)),
         seed=_int(p.get("seed")), data_seed=_int(p.get("stream.options.seed", p.get("seed"))),
+        config_id=tags.get("config_id"), code_version=tags.get("code_version"),
+        finished_at=float(row.get("end_time") or 0),
     )
 
 
@@ -181,6 +187,41 @@ def _short(key: str) -> str:
         if key.startswith(prefix):
             return key[len(prefix):]
     return key
+
+
+def deduplicated(records: Iterable[RunRecord]) -> Tuple[List[RunRecord], List[str]]:
+    """Each run once, and replicates of one code only: (records, notes saying what was done).
+
+    1. Runs of the same identity (config with its seeds, and code version) are one run repeated (by
+       ``--rerun``, two concurrent starts, a store switch): the latest finished is kept.
+    2. A configuration whose runs come from different code versions is split by code version (a
+       ``code_version`` entry in the params, so the tables show the versions apart), never pooled.
+    Records without an identity (written before it was recorded) are kept as they are."""
+    records = list(records)
+    latest: Dict[Tuple[str, Optional[str]], Tuple[int, RunRecord]] = {}
+    kept = []
+    for i, r in enumerate(records):
+        if r.config_id is None:
+            kept.append((i, r))
+            continue
+        key = (r.config_id, r.code_version)
+        if key not in latest or (r.finished_at, i) >= (latest[key][1].finished_at, latest[key][0]):
+            latest[key] = (i, r)
+    kept = [r for _, r in sorted(kept + list(latest.values()), key=lambda t: t[0])]
+    notes = []
+    dropped = len(records) - len(kept)
+    if dropped:
+        notes.append(f"{dropped} repeated run(s) of the same config, seeds and code left out (the latest of each kept)")
+    split = set()
+    for name, runs in group_records(kept).items():
+        versions = sorted({r.code_version or "not recorded" for r in runs})
+        if len(versions) > 1:
+            counts = ", ".join(f"{v} (n={sum((r.code_version or 'not recorded') == v for r in runs)})" for v in versions)
+            notes.append(f"{name}: runs of {len(versions)} code versions, shown apart: {counts}")
+            split.update(id(r) for r in runs)
+    out = [dataclasses.replace(r, params={**r.params, "code_version": r.code_version or "not recorded"})
+           if id(r) in split else r for r in kept]
+    return out, notes
 
 
 def group_records(records: Iterable[RunRecord]) -> Dict[str, List[RunRecord]]:

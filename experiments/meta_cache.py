@@ -13,9 +13,11 @@ precision, the plugins, the meta-training *data* (every item's tokens and labels
 that changes meta-training changes the key and none that does not, such as the stream's length, its
 tables or its test episodes), and the *content* of the code meta-training runs (:data:`META_CODE`: the
 models, the streams, the meta-training loop and what it imports, the pinned dependencies), not the git
-commit: a commit that touches only the strategies of the stream, the reports or the runner's later
-phases keeps sharing. A test checks that the meta-training loop imports nothing outside META_CODE; a
-change of the runner's meta-training call must change :data:`META_CACHE_VERSION`.
+commit: a commit that touches only the strategies of the stream or the reports keeps sharing. The
+runner (which calls meta-training) and this module are part of META_CODE, so no version number is
+kept by hand; a test checks that the meta-training loop imports nothing outside it. Plugins loaded by
+the run (``plugins``, entry points) enter the key by their source
+(:func:`experiments.code_version.plugin_source_hash`), not only their names.
 ``checkpoint.share_meta: false`` turns the sharing off.
 """
 from __future__ import annotations
@@ -27,12 +29,13 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from experiments.code_version import plugin_source_hash
 from strategies.training.checkpoint import rng_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 META_CODE = ("ovq_cl", "streams", "strategies/__init__.py", "strategies/training", "strategies/evaluation/__init__.py",
-             "strategies/evaluation/metrics.py", "pyproject.toml", "constraints.txt")
-META_CACHE_VERSION = 1            # bump when the runner's call of meta_train changes
+             "strategies/evaluation/metrics.py", "experiments/runner.py", "experiments/meta_cache.py",
+             "pyproject.toml", "constraints.txt")
 _CODE_HASH: Optional[str] = None
 
 
@@ -40,7 +43,7 @@ def meta_code_hash() -> str:
     """A hash of the files of :data:`META_CODE` (Python sources under its folders), read once per process."""
     global _CODE_HASH
     if _CODE_HASH is None:
-        h = hashlib.sha256(f"v{META_CACHE_VERSION}".encode())
+        h = hashlib.sha256()
         for entry in META_CODE:
             path = os.path.join(ROOT, entry)
             files = [path] if os.path.isfile(path) else sorted(
@@ -63,6 +66,9 @@ def meta_key(cfg, meta_dataset, version: Optional[str] = None, world_size: int =
         "meta_train": {k: v for k, v in d["meta_train"].items() if k != "checkpoint_every"},
         "device": cfg.resolved_device(), "precision": cfg.precision, "code": version or meta_code_hash(),
     }
+    plugins = plugin_source_hash(cfg.plugins)
+    if plugins:                 # the source of the user's code, not only its module names
+        what["plugins_code"] = plugins
     if world_size > 1:          # ranks sum in another order: their weights are not bitwise one process's
         what["world_size"] = world_size
     h = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode())

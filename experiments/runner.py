@@ -47,10 +47,13 @@ from avalanche.training.plugins import EvaluationPlugin
 
 from experiments import meta_cache
 from experiments.artifacts import forgetting_plot, matrix_csv
-from experiments.code_version import code_version
+from experiments.code_version import code_version, plugin_source_hash
 from experiments.config import RunConfig, with_data_seed
+from experiments.run_lock import run_lock
 from experiments.run_result import RunResult, combined_gate, delay_flag
-from experiments.tracking.lifecycle import avalanche_loggers, close_orphans, run_exists, run_tracker
+from experiments.tracking.params import default_tracking_uri, store_key
+from experiments.tracking.lifecycle import (avalanche_loggers, close_orphans, run_exists, run_tracker,
+                                           unfinished_elsewhere)
 from ovq_cl import DecoderLM, RegressionLM
 from ovq_cl.config import ModelConfig, model_config
 from strategies.evaluation import forgetting
@@ -79,6 +82,14 @@ class RunStopped:
     checkpoint: Optional[str]
 
 
+STALE_TAGS = ("error", "stopped_after_experience")
+"""Tags of an attempt that a finished run no longer carries (the error of a killed attempt, ...)."""
+
+
+def _silent(message: str) -> None:
+    pass
+
+
 # ------------------------------------------------------------------------------------ the phases' types
 
 
@@ -96,7 +107,8 @@ class ResolvedRun:
     bench: Any                   # the stream's Avalanche benchmark (train_stream, test_stream, info, meta_train, ...)
     device: str
     code_version: str
-    checkpoint_path: str         # {checkpoint.dir}/{label}-{identity}-{code version}/last.pt
+    checkpoint_path: str         # {checkpoint.dir}/{label}-{identity}-{code version}-{store}/last.pt
+    store: str                   # the tracking store's key (experiments.tracking.params.store_key)
     world_size: int              # 1 outside torchrun
     main: bool                   # rank 0 or the one process: it decides, tracks, writes and prints
 
@@ -193,6 +205,19 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     resolved = resolve(cfg)
     if not resolved.main:                                   # one voice: rank 0's
         announce = _silent
+    with _lock(resolved):                                   # one process per run (rank 0 holds it)
+        return _run(resolved, parent_run_id, stop_after, rerun, announce, started)
+
+
+def _lock(run: ResolvedRun):
+    """The run's lock (:mod:`experiments.run_lock`) where it has a checkpoint folder, on rank 0."""
+    if not (run.checkpoints and run.main):
+        return contextlib.nullcontext()
+    return run_lock(os.path.dirname(run.checkpoint_path), run.config.label())
+
+
+def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, started) -> Union[RunResult, RunStopped]:
+    """:func:`run` once the config is resolved and the run is this process's."""
     opening = open_run(resolved, rerun, announce)
     if opening.finished is not None:
         announce(f"ovq-cl: reusing finished run {opening.checkpoint['extra'].get('run_id')} "
@@ -208,7 +233,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
             announce(f"ovq-cl: resuming run {tracker.run_id} at experience {session.next_experience} "
                      f"({os.path.dirname(resolved.checkpoint_path)})")
         else:
-            meta = meta_phase(resolved, session, tracker, opening)
+            meta = meta_phase(resolved, session, tracker, opening, announce)
             session.meta_history = meta.history
             tracker.set_tags({"meta_train_source": meta.source})        # trained, resumed or shared
             session = after_meta(resolved, session, tracker)
@@ -220,6 +245,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
             tracker.end("KILLED")
             return RunStopped(resolved.config, stopped, tracker.run_id,
                               resolved.checkpoint_path if resolved.checkpoints else None)
+        tracker.delete_tags(STALE_TAGS)                # what a killed or stopped attempt left
         result = finish(resolved, session, tracker, time.perf_counter() - started)
         if resolved.checkpoints:                      # a finished run is reused by an identical one
             save(resolved, session, tracker, extra={"result": result.record()})
@@ -254,9 +280,11 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     check_after_meta(cfg, stream_model, bench.info)
     if dp is not None:
         check_data_parallel_models(cfg, stream_model, bench.info)
-    version = code_version()
-    path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}-{_slug(version)}", "last.pt")
-    return ResolvedRun(cfg, stream_model, bench, device, version, path, 1 if dp is None else dp.world_size, main)
+    plugins = plugin_source_hash(cfg.plugins)          # a user's code changes results as ours does
+    version = code_version() + (f"+plugins.{plugins}" if plugins else "")
+    store = store_key(default_tracking_uri(cfg.tracking.tracking_uri) if cfg.tracking.enabled else None)
+    path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}-{_slug(version)}-{store}", "last.pt")
+    return ResolvedRun(cfg, stream_model, bench, device, version, path, store, 1 if dp is None else dp.world_size, main)
 
 
 def open_run(run: ResolvedRun, rerun: bool, announce: Callable[[str], None]) -> Opening:
@@ -267,7 +295,23 @@ def open_run(run: ResolvedRun, rerun: bool, announce: Callable[[str], None]) -> 
         return Opening()
     ckpt = distributed.decided_by_rank0(lambda: _usable_checkpoint(load_latest(path, warn=announce), cfg, announce),
                                         lambda: load_latest(path), f"the checkpoint {path}")
+    if ckpt is None and run.main:
+        _say_if_the_code_changed(run, announce)
     return Opening(ckpt)
+
+
+def _say_if_the_code_changed(run: ResolvedRun, announce: Callable[[str], None]) -> None:
+    """One line when this config has checkpoints in this store made by other code: it runs again."""
+    import glob
+
+    folder = os.path.dirname(run.checkpoint_path)
+    prefix, suffix = f"{run.config.label()}-{run.config.identity()}-", f"-{run.store}"
+    others = sorted((p for p in glob.glob(os.path.join(os.path.dirname(folder), glob.escape(prefix) + "*" + suffix))
+                     if p != folder and os.path.exists(os.path.join(p, "last.pt"))), key=os.path.getmtime)
+    if others:
+        old = os.path.basename(others[-1])[len(prefix):-len(suffix)]
+        announce(f"ovq-cl: the code changed since this config last ran here ({old} -> {_slug(run.code_version)}): "
+                 "running it again")
 
 
 def check_lanes(cfg: RunConfig, bench) -> None:
@@ -366,6 +410,10 @@ def _announce_new(run: ResolvedRun, tracker, announce: Callable[[str], None]) ->
     cfg = run.config
     tracker.log_config(cfg)
     close_orphans(tracker, cfg.identity(), announce)
+    here = os.path.abspath(cfg.checkpoint.dir)
+    for run_id, folder in unfinished_elsewhere(tracker, cfg.identity(), run.code_version, here):
+        announce(f"ovq-cl: unfinished run {run_id} of this config keeps its checkpoint under {folder}; this run "
+                 f"starts over under {here} (set checkpoint.dir={folder} to resume that one instead)")
     announce(f"ovq-cl: run {cfg.label()}: MLflow run {tracker.run_id} in {tracker.tracking_uri}; "
              f"checkpoints in {os.path.dirname(run.checkpoint_path) if run.checkpoints else '(none)'}")
 
@@ -373,7 +421,8 @@ def _announce_new(run: ResolvedRun, tracker, announce: Callable[[str], None]) ->
 # ------------------------------------------------------------------------------------ 1. meta-training
 
 
-def meta_phase(run: ResolvedRun, session: Session, tracker, opening: Opening) -> MetaOutcome:
+def meta_phase(run: ResolvedRun, session: Session, tracker, opening: Opening,
+               announce: Callable[[str], None] = _silent) -> MetaOutcome:
     """Meta-training (fresh state per episode), into ``session.model``: resumed from this run's checkpoint
     when it stopped inside it, else loaded from a shared identical meta-training (``checkpoint.share_meta``),
     else trained, checkpointed every ``meta_train.checkpoint_every`` steps and shared."""
@@ -387,6 +436,8 @@ def meta_phase(run: ResolvedRun, session: Session, tracker, opening: Opening) ->
         session.model.load_state_dict(opening.checkpoint["model"])
         set_rng_state(opening.checkpoint["rng"])
         tracker.set_tags({"resumed_at_meta_step": progress["step"]})
+        announce(f"ovq-cl: resuming run {tracker.run_id} in meta-training at step {progress['step']} of "
+                 f"{cfg.meta_train.steps} ({os.path.dirname(run.checkpoint_path)})")
     shared = None
     if cfg.checkpoint.enabled and cfg.checkpoint.share_meta:
         source = getattr(run.bench, "meta_train_episodes", run.bench.meta_train)
@@ -399,6 +450,8 @@ def meta_phase(run: ResolvedRun, session: Session, tracker, opening: Opening) ->
         session.model.load_state_dict(stored["model"])
         set_rng_state(stored["rng"])
         tracker.set_tags({"meta_train_shared": shared})
+        announce(f"ovq-cl: reusing the meta-training of an identical config, code and data ({shared}); "
+                 "checkpoint.share_meta=false trains it again")
         outcome = MetaOutcome(stored["history"], "shared", shared)
     else:
         with run.autocast():
@@ -645,17 +698,15 @@ def restore(session: Session, ckpt: Dict[str, Any], tracker) -> None:
 
 
 def _usable_checkpoint(ckpt: Optional[Dict[str, Any]], cfg: RunConfig, announce) -> Optional[Dict[str, Any]]:
-    """The checkpoint if it belongs to a run of the tracking store this run logs to (and that run still
-    exists); otherwise None, with a message: the run starts over in this store."""
+    """The checkpoint if its MLflow run is still in the store this run logs to. Checkpoint folders are
+    per store (:func:`experiments.tracking.params.store_key`), so a miss means the store was replaced or
+    the run deleted: the run starts over, with a message."""
     if ckpt is None or not cfg.tracking.enabled:
         return ckpt
-    from experiments.tracking import default_tracking_uri
-
-    uri, old_uri, run_id = default_tracking_uri(cfg.tracking.tracking_uri), ckpt["extra"].get("tracking_uri"), \
-        ckpt["extra"].get("run_id")
-    if run_id is None or old_uri != uri or not run_exists(uri, run_id):
-        announce(f"ovq-cl: the checkpoint of this config belongs to MLflow run {run_id} in {old_uri}, which is "
-                 f"not in {uri}: starting over (pass checkpoint.resume=false to skip this check)")
+    uri, run_id = default_tracking_uri(cfg.tracking.tracking_uri), ckpt["extra"].get("run_id")
+    if run_id is None or not run_exists(uri, run_id):
+        announce(f"ovq-cl: the checkpoint of this config belongs to MLflow run {run_id}, which is not in {uri} "
+                 "(the store was replaced or the run deleted): starting over")
         return None
     return ckpt
 
@@ -671,13 +722,11 @@ def _tracker(run: ResolvedRun, parent_run_id: Optional[str], opening: Opening):
     tags = {"stream": cfg.stream.name, "layers": "+".join(cfg.model.layers), "strategy": cfg.strategy.name,
             "memory": cfg.memory.policy, "seed": cfg.seed, "data_seed": cfg.data_seed,
             "config_id": cfg.identity(), "code_version": run.code_version}
+    if run.checkpoints:
+        tags["checkpoint_dir"] = os.path.abspath(cfg.checkpoint.dir)
     run_id = None if opening.checkpoint is None else opening.checkpoint["extra"].get("run_id")
     return run_tracker(t.enabled and run.main, t.experiment, t.run_name or cfg.label(), t.tracking_uri,
                        parent_run_id, run_id, tags)
-
-
-def _silent(message: str) -> None:
-    pass
 
 
 def _slug(version: str) -> str:

@@ -93,6 +93,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
     import time
 
     from experiments import compare
+    from experiments.run_lock import RunInUse
     from experiments.runner import run
     from experiments.tracking import SweepTracker
 
@@ -119,6 +120,9 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
                 results.append(run(cfg, parent_run_id=parent.run_id, rerun=rerun, announce=announce))
                 if out:                 # the records so far: a sweep killed later keeps what it finished
                     _write_records(results, os.path.join(out, f"{name}.json"))
+            except RunInUse as err:   # another process runs it: skipped here, said in one line
+                failures.append((cfg.label(), f"skipped: {err}"))
+                outcome = "SKIPPED (in use by another process)"
             except Exception as err:  # one broken configuration must not lose the others
                 failures.append((cfg.label(), f"{type(err).__name__}: {err}"))
                 traceback.print_exc()

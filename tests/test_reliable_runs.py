@@ -56,22 +56,70 @@ def test_resuming_with_a_harmless_setting_changed_finishes_the_same_run(tmp_path
     assert row["params"]["progress"] == "False"          # params are the first run's; nothing clashed
 
 
-def test_the_same_config_in_another_store_starts_over_instead_of_crashing(tmp_path, store):
+def test_two_stores_keep_their_own_checkpoints_and_both_resume(tmp_path, store):
+    """Running a config against another store (a shell with MLFLOW_TRACKING_URI set) never touches the
+    first store's checkpoint: each store's unfinished run resumes in it, each finished run is reused in
+    its own store. A store that lost the run (replaced, or the run deleted) starts over, saying so."""
     said = []
-    first = run(cfg_in(tmp_path, "stores", store))
     other = f"sqlite:///{tmp_path / 'other.db'}"
-    second = run(cfg_in(tmp_path, "stores", other), announce=said.append)
-    assert second.run_id != first.run_id and [r["status"] for r in runs_table("stores", other)] == ["FINISHED"]
-    assert any("starting over" in s for s in said)
+    a = run(cfg_in(tmp_path, "stores", store), stop_after=0)
+    b = run(cfg_in(tmp_path, "stores", other), stop_after=0, announce=said.append)
+    assert a.checkpoint != b.checkpoint and not any("starting over" in s for s in said)
+    resumed_a = run(cfg_in(tmp_path, "stores", store), announce=said.append)
+    resumed_b = run(cfg_in(tmp_path, "stores", other), announce=said.append)
+    assert (resumed_a.run_id, resumed_b.run_id) == (a.run_id, b.run_id) and resumed_a.R == resumed_b.R
+    assert sum("resuming run" in s for s in said) == 2
+    again = run(cfg_in(tmp_path, "stores", store), announce=said.append)
+    assert again.run_id == a.run_id and any(f"reusing finished run {a.run_id}" in s for s in said)
+    assert [r["status"] for r in runs_table("stores", store)] == ["FINISHED"]
+    assert [r["status"] for r in runs_table("stores", other)] == ["FINISHED"]
     import experiments.runner as runner
 
-    runner_exists = runner.run_exists
+    runner_exists, n = runner.run_exists, len(said)
     try:                                                # the store was replaced: its run no longer exists
         runner.run_exists = lambda uri, run_id: False
         third = run(cfg_in(tmp_path, "stores", store), announce=said.append)
     finally:
         runner.run_exists = runner_exists
-    assert third.run_id not in (first.run_id, second.run_id)
+    assert third.run_id not in (a.run_id, b.run_id) and any("starting over" in s for s in said[n:])
+
+
+def test_a_second_process_on_the_same_run_refuses_in_one_line_and_a_dead_holder_holds_nothing(tmp_path, store):
+    """Two processes on one run identity: the second refuses at once, naming the first (CLI: one line,
+    exit 2; a sweep: that run skipped, the others run). When the holder dies (SIGKILL: no clean-up), its
+    lock goes with it and the next start runs."""
+    import signal
+    import subprocess
+
+    from experiments.run_lock import RunInUse
+    from experiments.runner import resolve
+
+    cfg = cfg_in(tmp_path, "locked", store)
+    folder = os.path.dirname(resolve(cfg).checkpoint_path)
+    hold = ("import sys, time; from experiments.run_lock import run_lock\n"
+            "with run_lock(sys.argv[1], 'x'):\n    print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, folder], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunInUse, match=f"in use by process {holder.pid} "):
+            run(cfg)
+        from experiments.config import as_yaml
+
+        (tmp_path / "locked.yaml").write_text(as_yaml(cfg))
+        cli = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "--quiet", str(tmp_path / "locked.yaml")],
+                             cwd=tmp_path, capture_output=True, text=True)
+        assert cli.returncode == 2 and f"in use by process {holder.pid}" in cli.stderr
+        assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+        from experiments.sweep import run_sweep
+
+        other = cfg_in(tmp_path, "locked", store, seed=1)
+        results, failures = run_sweep([cfg, other], "locked_sweep", announce=lambda m: None)
+        assert [r.config.seed for r in results] == [1] and len(failures) == 1 and "in use" in failures[0][1]
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert len(run(cfg).R) == 3                                       # the dead holder's lock is gone
+
 
 
 def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_or_says_how_to_start_over(tmp_path, store):
@@ -119,6 +167,8 @@ def test_sigterm_marks_the_run_killed_and_meta_training_resumes_to_the_same_resu
     assert table(resumed.stdout) == table(straight.stdout) and len(table(resumed.stdout)) == 4
     (row,) = runs_table("ovq-cl", uri)
     assert row["status"] == "FINISHED" and "resumed_at_meta_step" in row["tags"]
+    assert "error" not in row["tags"]                          # the killed attempt's tag is cleaned on finish
+    assert f"resuming run {row['run_id']} in meta-training at step" in resumed.stderr
 
 
 @pytest.mark.parametrize("override,message", [

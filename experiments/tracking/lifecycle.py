@@ -61,8 +61,8 @@ def close_orphans(tracker, config_id: str, announce: Callable[[str], None]) -> N
         tags = old.data.tags
         if old.info.run_id == me or tags.get("host") != socket.gethostname() or pid_alive(tags.get("pid")):
             continue
-        client.set_tag(old.info.run_id, "error", f"orphaned: process {tags.get('pid')} ended without finishing "
-                                                 f"or a checkpoint; superseded by run {me}")
+        client.set_tag(old.info.run_id, "error", f"orphaned: process {tags.get('pid')} ended before finishing "
+                                                 f"or resuming it; superseded by run {me}")
         client.set_terminated(old.info.run_id, status="KILLED")
         announce(f"ovq-cl: marked orphaned run {old.info.run_id} KILLED")
 
@@ -89,3 +89,20 @@ def run_exists(uri: str, run_id: str) -> bool:
     except MlflowException:
         return False
     return True
+
+
+def unfinished_elsewhere(tracker, config_id: str, code_version: str, checkpoint_dir: str) -> list:
+    """(run id, checkpoint folder) of the runs of this config and code in the store that did not finish
+    and keep their checkpoints under another ``checkpoint.dir`` (tag ``checkpoint_dir``): what a new run
+    that could have resumed them must say."""
+    if tracker.run_id is None:
+        return []
+    query = (f"tags.config_id = '{config_id}' and tags.code_version = '{code_version}' "
+             "and attributes.status != 'FINISHED'")
+    out = []
+    for old in tracker.client.search_runs([tracker.experiment_id], filter_string=query):
+        folder = old.data.tags.get("checkpoint_dir")
+        if old.info.run_id != tracker.run_id and folder and folder != checkpoint_dir:
+            out.append((old.info.run_id, folder))
+    return out
+

@@ -149,3 +149,17 @@ def _scalar(value: Any) -> Optional[float]:
     except Exception:  # noqa: BLE001 - anything that is not a number is simply not a scalar
         pass
     return None
+
+
+def store_key(uri: Optional[str]) -> str:
+    """A short name of a tracking store, for paths that must differ between stores (a run's checkpoint
+    folder): ``untracked`` for None, else a hash of the URI with a local SQLite or file store's path made
+    absolute (``sqlite:///mlruns.db`` in two folders is two stores)."""
+    if uri is None:
+        return "untracked"
+    import hashlib
+
+    for scheme in ("sqlite:///", "file://"):
+        if uri.startswith(scheme):
+            uri = scheme + os.path.abspath(uri[len(scheme):])
+    return "store-" + hashlib.sha1(uri.encode()).hexdigest()[:8]

@@ -239,6 +239,14 @@ class RunTracker:
         self._check()
         self._log_tags({_safe_key(k): _truncate(str(v), MAX_TAG_VALUE_LENGTH, f"tag {k!r}") for k, v in tags.items()})
 
+    def delete_tags(self, keys: Iterable[str]) -> None:
+        """Removes those of ``keys`` the run has (what an earlier attempt left, e.g. its ``error``)."""
+        run_id = self._check()
+        present = self.client.get_run(run_id).data.tags
+        for key in keys:
+            if key in present:
+                self.client.delete_tag(run_id, key)
+
     def _log_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 

@@ -70,8 +70,14 @@ class Registry(Generic[T]):
         self._entry_points_loaded = True
         for ep in metadata.entry_points(group=self.group):
             obj = ep.load()
+            ENTRY_POINT_MODULES.append(ep.module)           # its source is part of a run's code version
             if callable(obj) and not isinstance(obj, type):
                 obj()
+
+
+ENTRY_POINT_MODULES: List[str] = []
+"""The modules of the entry points loaded in this process, in load order (``experiments.code_version``
+hashes their packages' source into a run's code version)."""
 
 
 def load_plugins(modules: Iterable[str]) -> List[str]:
