@@ -90,7 +90,11 @@ def test_entry_points_are_loaded_when_a_registry_misses_a_name(tmp_path, monkeyp
     (tmp_path / "user_extension_module.py").write_text(
         "from test_extensions import THINGS\n\ndef register():\n    THINGS.register('widget', 42)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    from ovq_cl.base import registry
+
+    monkeypatch.setattr(registry, "ENTRY_POINT_MODULES", [])    # this process's other runs keep their code version
     assert THINGS.get("widget") == 42 and "widget" in THINGS.names()
+    assert registry.ENTRY_POINT_MODULES == ["user_extension_module"]     # its source joins a run's code version
     with pytest.raises(ValueError, match="unknown thing 'gadget'.*entry point in group 'ovq_cl_test.things'"):
         THINGS.get("gadget")
 
