@@ -155,11 +155,10 @@ class Opening:
 class MetaOutcome:
     """Meta-training's result: its logged history and where the weights came from (``trained``,
     ``resumed`` from this run's checkpoint, ``shared``: loaded from another run's identical
-    meta-training, whose file is ``shared_path``)."""
+    meta-training, whose file the run's tag ``meta_train_shared`` names)."""
 
     history: List[Dict[str, float]]
     source: str
-    shared_path: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -452,7 +451,7 @@ def meta_phase(run: ResolvedRun, session: Session, tracker, opening: Opening,
         tracker.set_tags({"meta_train_shared": shared})
         announce(f"ovq-cl: reusing the meta-training of an identical config, code and data ({shared}); "
                  "checkpoint.share_meta=false trains it again")
-        outcome = MetaOutcome(stored["history"], "shared", shared)
+        outcome = MetaOutcome(stored["history"], "shared")
     else:
         with run.autocast():
             history = _meta_train(run, session, tracker, progress)
