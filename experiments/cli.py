@@ -20,7 +20,14 @@ class Terminated(KeyboardInterrupt):
     KILLED in MLflow and its last checkpoint stays usable."""
 
 
+#: set by the SIGTERM handler: a library between the handler and main() (Ray's wait) may turn the
+#: Terminated it raises into a plain KeyboardInterrupt, and the exit status must still say SIGTERM
+_terminated = False
+
+
 def _on_sigterm(signum, frame):
+    global _terminated
+    _terminated = True
     raise Terminated("SIGTERM")
 
 
@@ -36,20 +43,22 @@ USER_ERRORS = (ValueError, TypeError, FileNotFoundError, PermissionError, NotADi
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    global _terminated
+    _terminated = False
     parser = build_parser()
     args = parse_args(parser, argv)
     if args.command in ("run", "sweep", "study"):
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _dispatch(args, parser)
-    except Terminated:
+    except KeyboardInterrupt as interrupt:
+        if not (_terminated or isinstance(interrupt, Terminated)):
+            print("ovq-cl: interrupted; the run is marked KILLED and resumes from its last checkpoint when "
+                  "started again", file=sys.stderr)
+            return 130
         print("ovq-cl: terminated (SIGTERM); the run is marked KILLED and resumes from its last checkpoint "
               "when started again", file=sys.stderr)
         return 143
-    except KeyboardInterrupt:
-        print("ovq-cl: interrupted; the run is marked KILLED and resumes from its last checkpoint when "
-              "started again", file=sys.stderr)
-        return 130
     except USER_ERRORS as err:
         if getattr(args, "debug", False):
             raise

@@ -17,6 +17,7 @@ in a serial sweep; on a multi-node cluster, use a tracking server and shared che
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Callable, List, Optional, Tuple
 
@@ -25,6 +26,13 @@ def _trial(cfg, parent_run_id: Optional[str], rerun: bool, cwd: str, threads: in
     """One configuration in a Ray worker; returns the RunResult."""
     import torch
 
+    try:
+        # Ray interrupts a cancelled trial through SIGINT; a driver started in the background (`cmd &`,
+        # nohup, some schedulers) passes SIGINT ignored down to its workers, which would make the trial
+        # deaf to it (seen here: trials RUNNING until killed)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:                           # not the main thread: Ray then interrupts otherwise
+        pass
     if cwd and os.path.isdir(cwd):
         os.chdir(cwd)
     torch.set_num_threads(max(1, threads))
@@ -51,8 +59,13 @@ def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, annou
         cfg.tracking.tracking_uri = default_tracking_uri(cfg.tracking.tracking_uri)
     started_here = not ray.is_initialized()
     if started_here:
+        # Ray's core installs its own SIGTERM handlers (a C-level dump, then abort: the parent run would be
+        # FAILED and the trials left RUNNING); the caller's handler (the CLI's: SIGTERM as Ctrl-C) is put back
+        sigterm = signal.getsignal(signal.SIGTERM)
         ray.init(address=address, include_dashboard=False, logging_level="WARNING",
                  runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("OVQ_CL_", "PYTHONPATH"))}})
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     try:
         remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=1, retry_exceptions=True)(_trial)
         cwd, threads = os.getcwd(), max(1, int(cpus))
@@ -76,11 +89,28 @@ def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, annou
                     on_result([r for r in results if r is not None])
                 spent = time.perf_counter() - started
                 announce(f"[{n_done}/{len(configs)}] {configs[i].label()} {outcome}; {spent:.0f} s so far")
-        except BaseException:
-            for ref in pending:                  # interrupted: stop what is still running
-                ray.cancel(ref, force=True)
+        except BaseException:                    # Ctrl-C, SIGTERM (or a bug here): stop what still runs
+            _stop_trials(ray, pending)
             raise
         return [r for r in results if r is not None], [(label, err) for _, label, err in sorted(failures)]
     finally:
         if started_here:
             ray.shutdown()
+
+
+#: seconds an interrupted trial gets to mark its run KILLED before its worker is killed
+STOP_GRACE_S = 30.0
+
+
+def _stop_trials(ray, refs: list, grace_s: float = STOP_GRACE_S) -> None:
+    """Interrupts the running trials as Ctrl-C interrupts a serial run: each gets a KeyboardInterrupt,
+    so its MLflow run is marked KILLED and its last checkpoint stays (the sweep started again resumes
+    it); queued trials are dropped; a trial still running after ``grace_s`` seconds is killed (its run
+    is then closed as KILLED by the next start, see ``experiments.tracking.lifecycle.close_orphans``)."""
+    if not refs:
+        return
+    for ref in refs:
+        ray.cancel(ref, force=False)
+    _, left = ray.wait(refs, num_returns=len(refs), timeout=grace_s)
+    for ref in left:
+        ray.cancel(ref, force=True)

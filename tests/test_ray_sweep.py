@@ -65,3 +65,54 @@ def test_backend_options_are_checked_before_anything_runs(tmp_path, monkeypatch,
         assert main(["sweep", "cfg.yaml", f"tracking.tracking_uri=sqlite:///{tmp_path / 'bad.db'}", *GRID, *extra]) == 2
         assert message in capsys.readouterr().err
         assert not (tmp_path / "bad.db").exists()                      # no parent run was created
+
+
+@pytest.mark.slow
+def test_sigterm_on_a_ray_sweep_marks_the_parent_and_its_running_trials_killed_and_a_restart_resumes_them(tmp_path):
+    """SIGTERM (a scheduler's stop, `timeout`) to a Ray sweep's driver: as Ctrl-C on a serial sweep,
+    exit 143 with one line, the parent run and every trial that had started KILLED (none left RUNNING),
+    their checkpoints kept; started again, each trial resumes at the experience it had reached. The
+    driver is started in the background with SIGINT ignored, as `cmd &` does in a script (Ray interrupts
+    a cancelled trial through SIGINT, which such a driver's workers would otherwise ignore)."""
+    pytest.importorskip("ray")
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from experiments.tracking import runs_table
+    from test_extensions import ROOT
+
+    (tmp_path / "cfg.yaml").write_text(CONFIG)
+    marker = tmp_path / "waiting"
+    uri = f"sqlite:///{tmp_path / 'ray.db'}"
+    args = ["sweep", "cfg.yaml", "--plugin", "plugins.extension", f"tracking.tracking_uri={uri}", "checkpoint.dir=ckpt",
+            "--grid", "seed=0;1", "--name", "ray", "--out", "out"]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "tests"), "RAY_worker_niceness": "0",
+           "EXTENSION_WAIT_BEFORE": "1", "EXTENSION_WAIT_MARKER": str(marker)}
+    driver = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args, "--quiet", "--backend", "ray", "--trial-cpus", "1"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 240
+    while not (marker.exists() and marker.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert marker.exists(), "no trial reached experience 1"
+    time.sleep(1.0)                                   # a second trial, if the machine runs two, gets there too
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 143, (out + err)[-3000:]
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err and "SIGTERM received" not in err
+    runs = runs_table("ovq-cl", uri)
+    statuses = {r["run_name"]: r["status"] for r in runs}
+    assert statuses.pop("ray") == "KILLED"
+    started = len(marker.read_text().split())
+    assert started >= 1 and len(statuses) == started and set(statuses.values()) == {"KILLED"}, statuses
+    # started again (serially: reuse and resume are decided by run() whatever the backend), each
+    # trial that had started resumes at experience 1 and every run finishes
+    env.pop("EXTENSION_WAIT_BEFORE")
+    again = subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("at experience 1") == started, again.stderr[-3000:]
+    finished = [r for r in runs_table("ovq-cl", uri) if r["status"] == "FINISHED" and r["run_name"] != "ray"]
+    assert len(finished) == 2

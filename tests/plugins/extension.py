@@ -8,12 +8,16 @@ config) runs them like built-in ones. ``tests/test_extensions.py`` does exactly 
 Test hook: with ``EXTENSION_KILL_BEFORE=j`` in the environment the process kills itself (SIGKILL)
 before training experience j, i.e. after the checkpoint of experience j - 1 was written; with
 ``EXTENSION_KILL_MARKER=path`` too, only the first process to get there does (it creates the file).
+With ``EXTENSION_WAIT_BEFORE=j`` and ``EXTENSION_WAIT_MARKER=path`` a process appends its PID to the
+marker file before training experience j and then waits (up to two minutes) for a signal: a test can
+signal a run, a sweep or a Ray driver while its trials are mid-stream.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import signal
+import time
 from typing import Optional
 
 import numpy as np
@@ -149,6 +153,11 @@ class AnchorPlugin(CheckpointedPlugin):
                 except FileExistsError:
                     return
             os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("EXTENSION_WAIT_BEFORE") == str(strategy.experience.current_experience):
+            with open(os.environ["EXTENSION_WAIT_MARKER"], "a") as fh:
+                fh.write(f"{os.getpid()}\n")
+            for _ in range(1200):                                        # interruptible: a signal ends it
+                time.sleep(0.1)
 
     def before_backward(self, strategy, **kwargs):
         if self.anchor is None:
