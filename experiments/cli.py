@@ -62,8 +62,38 @@ def main(argv: Optional[List[str]] = None) -> int:
     except USER_ERRORS as err:
         if getattr(args, "debug", False):
             raise
-        print(f"ovq-cl: error: {one_line(err)}  (--debug for the traceback)", file=sys.stderr)
-        return 2
+        return _user_error(f"ovq-cl: error: {one_line(err)}  (--debug for the traceback)")
+
+
+#: seconds a torchrun rank other than 0 waits, after a mistake, for rank 0 to say it and end the group
+RANK_ERROR_WAIT_S = 60.0
+
+
+def _user_error(line: str) -> int:
+    """Says ``line`` once and returns the exit status 2. Under torchrun every rank meets the same
+    mistake (one config): rank 0 says it and exits, and torchrun then stops the other ranks, which wait
+    silently (a mistake only this rank meets is said after ``RANK_ERROR_WAIT_S``, with its rank). The
+    line also goes to torchrun's error file, so the launcher's failure summary (which torchrun always
+    prints when a rank fails) names it instead of a link to its docs."""
+    rank = int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+    if rank != 0:
+        import time
+
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)        # torchrun's stop ends the wait, silently
+        time.sleep(RANK_ERROR_WAIT_S)
+        line = f"[rank {rank}] {line}"
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        import json
+        import time
+
+        try:
+            with open(error_file, "w") as fh:
+                json.dump({"message": line, "timestamp": int(time.time())}, fh)
+        except OSError:
+            pass                                     # the summary then shows torchrun's own text
+    print(line, file=sys.stderr)
+    return 2
 
 
 def _dispatch(args, parser) -> int:

@@ -273,16 +273,46 @@ def _require(ok: bool, key: str, allowed: str, got: Any) -> None:
 
 
 def check_writable(folder: str, what: str) -> str:
-    """Creates ``folder`` if needed and checks that a file can be written there (ValueError otherwise)."""
+    """Checks, creating nothing, that a file can be written in ``folder``: it exists and takes a probe
+    file, or the nearest folder above it that exists is one this process may create folders in
+    (ValueError otherwise). A run refused later by another check leaves no folder behind."""
+    path = os.path.abspath(folder)
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"{what}: cannot write to {folder!r} ({existing} is a file, not a folder)")
+    if existing != path:
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{what}: cannot write to {folder!r} (cannot create a folder in {existing}: "
+                             "permission denied)")
+        return folder
     try:
-        os.makedirs(folder, exist_ok=True)
-        probe = os.path.join(folder, f".ovq-cl-write-test-{os.getpid()}")
+        probe = os.path.join(path, f".ovq-cl-write-test-{os.getpid()}")
         with open(probe, "w") as fh:
             fh.write("")
         os.remove(probe)
     except OSError as err:
         raise ValueError(f"{what}: cannot write to {folder!r} ({err.strerror or err})") from err
     return folder
+
+
+def parse_overrides(overrides: Sequence[str]):
+    """``["model.layers=[full]", "seed=3"]`` as one DictConfig; each item is ``KEY=VALUE`` (VALUE in YAML,
+    KEY dotted without empty parts). A malformed item is one line naming it and what is wrong (YAML's
+    own error is a multi-line traceback)."""
+    parsed = []
+    for item in overrides:
+        key, equals, _ = str(item).partition("=")
+        if not equals or not key.strip() or any(not part.strip() for part in key.split(".")):
+            raise ValueError(f"override {item!r}: expected KEY=VALUE with a dotted KEY, e.g. model.layers=[ovq]")
+        try:
+            parsed.append(OmegaConf.from_dotlist([str(item)]))
+        except Exception as err:  # noqa: BLE001 - yaml's and omegaconf's errors: one line naming the item
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ValueError(f"override {item!r}: its value is not valid YAML ({problem}; quote the whole "
+                             "item for the shell, e.g. 'model.layers=[ovq, full]')") from err
+    return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
 
 
 def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins: Sequence[str] = ()) -> RunConfig:
@@ -298,11 +328,7 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins:
         except Exception as err:  # noqa: BLE001 - yaml's errors: one message naming the file
             raise ValueError(f"run config file {user}: not valid YAML ({str(err).splitlines()[0]})") from err
     if overrides:
-        try:
-            extra = OmegaConf.from_dotlist(list(overrides))
-        except OmegaConfBaseException as err:
-            raise ValueError(f"run config overrides: {err}") from err
-        user = OmegaConf.merge(OmegaConf.create(user or {}), extra)
+        user = OmegaConf.merge(OmegaConf.create(user or {}), parse_overrides(overrides))
     listed = list(user.get("plugins") or []) if user is not None and hasattr(user, "get") else []
     modules = list(dict.fromkeys([*listed, *plugins]))
     load_plugins(modules)

@@ -276,6 +276,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
         cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
     with _rng_kept():                     # after seeding: what the run draws must not depend on after_meta
         stream_model = cfg.stream_model()
+    check_models_build(cfg, stream_model, bench.info)
     check_after_meta(cfg, stream_model, bench.info)
     if dp is not None:
         check_data_parallel_models(cfg, stream_model, bench.info)
@@ -322,6 +323,20 @@ def check_lanes(cfg: RunConfig, bench) -> None:
             raise ValueError(f"stream: experience {j} has {len(exp.dataset)} training episodes, fewer than "
                              f"strategy.train_mb_size={lanes} lanes (raise stream.options.train_episodes or lower "
                              "strategy.train_mb_size)")
+
+
+def check_models_build(cfg: RunConfig, stream_model: ModelConfig, info) -> None:
+    """The meta-training model and the stream's build, shapes only: every check a mixer makes on its
+    options (``d_model`` against ``n_heads``, a user mixer's own) refuses here, before a run or a folder
+    exists (one line, prefixed by the model it concerns)."""
+    for what, model in (("model", cfg.model), ("after_meta.model", stream_model)):
+        try:
+            with _shapes_only():
+                build_model(model, info)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{what}: {err}") from err
+        if stream_model == cfg.model:
+            break
 
 
 def check_after_meta(cfg: RunConfig, stream_model: ModelConfig, info) -> None:

@@ -74,6 +74,7 @@ def tracking_client(tracking_uri: str):
     from filelock import FileLock
 
     path = os.path.abspath(tracking_uri[len("sqlite:///"):])
+    os.makedirs(os.path.dirname(path), exist_ok=True)       # checked writable, created only when used
     with FileLock(path + ".lock", timeout=120):
         return MlflowClient(tracking_uri=tracking_uri)
 

@@ -17,6 +17,9 @@ entry (a class, a spec). User code registers in one of three ways:
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import traceback
 from importlib import metadata
 from typing import Dict, Generic, Iterable, List, TypeVar
 
@@ -82,12 +85,31 @@ hashes their packages' source into a run's code version)."""
 
 def load_plugins(modules: Iterable[str]) -> List[str]:
     """Imports every module named (``package.module``); importing registers what it defines.
-    A module that cannot be imported is a ValueError naming it and why."""
+    A module that cannot be imported is a ValueError on one line naming it and why: not found (where
+    Python looked), a dependency of it not installed, a syntax error (file and line), or what its code
+    raised (file and line; the whole traceback is chained for ``--debug``)."""
     loaded = []
+    modules = list(modules)
+    here = os.getcwd()
+    if modules and not ({"", ".", here} & set(sys.path)):
+        # the current folder, as `python -m` has it: the `ovq-cl` script alone would not find a plugin
+        # module written beside the config
+        sys.path.insert(0, here)
     for name in modules:
         try:
             importlib.import_module(name)
-        except ImportError as err:
-            raise ValueError(f"--plugin {name}: cannot import it ({err}); is its folder on PYTHONPATH?") from err
+        except ModuleNotFoundError as err:
+            missing = err.name or ""
+            if missing and (name == missing or name.startswith(missing + ".")):
+                raise ValueError(f"--plugin {name}: no module {missing!r} found in the current folder or on PYTHONPATH "
+                                 f"(current folder {here}, PYTHONPATH={os.environ.get('PYTHONPATH', '')!r})") from err
+            raise ValueError(f"--plugin {name}: it imports {missing or err}, which is not installed "
+                             f"({err}); install it in this environment") from err
+        except SyntaxError as err:
+            raise ValueError(f"--plugin {name}: syntax error in {err.filename}, line {err.lineno}: {err.msg}") from err
+        except Exception as err:  # noqa: BLE001 - a user's module may raise anything while importing
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            raise ValueError(f"--plugin {name}: importing it raised {type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else ''} ({where.filename}, line {where.lineno})") from err
         loaded.append(name)
     return loaded

@@ -1,0 +1,77 @@
+"""Bad input, as a user types it: one line on stderr, exit status 2, and nothing left behind (no
+tracking store, no MLflow run, no checkpoint or output folder), whatever the mistake: a malformed
+override, a plugin that does not import (raises, has a syntax error, needs a package that is not
+installed, is not where Python looks), a model its mixers refuse; under torchrun, one line from rank 0."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "experiments/configs/icr_frozen.yaml")
+
+PLUGINS = {
+    "plugin_that_raises": "raise RuntimeError('no licence server')\n",
+    "plugin_with_a_syntax_error": "def broken(:\n    pass\n",
+    "plugin_with_a_missing_dependency": "import a_package_nobody_installed  # noqa\n",
+}
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["model.layers=[ovq"], "override 'model.layers=[ovq': its value is not valid YAML (did not find expected ',' or ']'"),
+    (["model.layers"], "override 'model.layers': expected KEY=VALUE"),
+    (["--plugin", "plugin_that_raises"],
+     "--plugin plugin_that_raises: importing it raised RuntimeError: no licence server (" ),
+    (["--plugin", "plugin_with_a_syntax_error"], "--plugin plugin_with_a_syntax_error: syntax error in "),
+    (["--plugin", "plugin_with_a_missing_dependency"],
+     "--plugin plugin_with_a_missing_dependency: it imports a_package_nobody_installed, which is not installed"),
+    (["--plugin", "plugin_nowhere"], "--plugin plugin_nowhere: no module 'plugin_nowhere' found in the current folder"),
+    (["model.d_model=65"], "model: OVQAttention: d_model=65 is not divisible by n_heads=4"),
+    (["after_meta.model.mixers.ovq.num_slots=0"], "after_meta.model"),
+])
+def test_a_mistake_is_one_line_and_leaves_nothing_behind(tmp_path, monkeypatch, capsys, extra, message):
+    from experiments.cli import main
+
+    monkeypatch.chdir(tmp_path)                 # the default store (sqlite:///mlruns.db) and outputs/ go here
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))                 # the plugin folder added for this test only
+    for name, source in PLUGINS.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    before = set(os.listdir(tmp_path))
+    code = main(["run", CONFIG, *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("ovq-cl: error: "), err
+    assert message in err, err
+    assert set(os.listdir(tmp_path)) - before - {"__pycache__"} == set()     # no mlruns.db, mlruns/, outputs/
+    for name in PLUGINS:
+        sys.modules.pop(name, None)
+
+
+def test_the_plugin_mistakes_keep_their_traceback_for_debug(tmp_path, monkeypatch):
+    from experiments.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    (tmp_path / "plugin_that_raises.py").write_text(PLUGINS["plugin_that_raises"])
+    with pytest.raises(ValueError) as caught:
+        main(["run", CONFIG, "--plugin", "plugin_that_raises", "--debug"])
+    assert isinstance(caught.value.__cause__, RuntimeError)           # the user's own error, chained
+    sys.modules.pop("plugin_that_raises", None)
+
+
+@pytest.mark.slow
+def test_under_torchrun_a_mistake_is_said_once_by_rank_0(tmp_path):
+    pytest.importorskip("torch.distributed.run")
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+                           "experiments.cli", "run", CONFIG, "model.d_model=65"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    ours = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith(("ovq-cl", "[rank"))]
+    assert ours == ["ovq-cl: error: model: OVQAttention: d_model=65 is not divisible by n_heads=4; set head_dim  "
+                    "(--debug for the traceback)"], done.stderr[-3000:]
+    # torchrun's own failure summary names our line as the root cause, not a link to its docs
+    assert "traceback : ovq-cl: error: model: OVQAttention" in done.stderr
+    assert os.listdir(tmp_path) == []
