@@ -17,6 +17,9 @@ declare entry points (``ovq_cl.mixers``, ``ovq_cl.streams``, ``ovq_cl.strategies
 """
 
 
+LENGTHS_DEFAULT = "1024,16384"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ovq-cl`` command line (also used to read a study's commands)."""
     parser = argparse.ArgumentParser(prog="ovq-cl", description=DESCRIPTION,
@@ -78,11 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
     report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
     sizes = sub.add_parser("state-sizes", parents=[plugin], help="print every mixer's state bytes per layer and lane against T")
-    sizes.add_argument("--lengths", default="1024,16384", help="comma-separated sequence lengths")
+    sizes.add_argument("--lengths", default=LENGTHS_DEFAULT, help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)
     sizes.add_argument("--heads", type=int, default=4)
     sizes.add_argument("--budget", type=int, default=None,
                        help="bytes per layer and lane: size every mixer to it and show the sizing and parameters")
+    sizes.add_argument("--option", action="append", default=[], metavar="MIXER.OPTION=VALUE",
+                       help="a mixer option other than its default, before sizing (repeatable), e.g. vq.chunk_size=8")
+    sizes.add_argument("--as-demo", action="store_true",
+                       help="the demo's d_model, heads, budget, mixer options and T (what `ovq-cl demo` sizes)")
     return parser
 
 

@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from experiments.arguments import build_parser, parse_args
+from experiments.arguments import LENGTHS_DEFAULT, build_parser, parse_args
 from experiments.run_lock import RunInUse
 
 
@@ -47,6 +47,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     _terminated = False
     parser = build_parser()
     args = parse_args(parser, argv)
+    if getattr(args, "quiet", False):
+        quiet_libraries()
     if args.command in ("run", "sweep", "study"):
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -131,7 +133,7 @@ def _dispatch(args, parser) -> int:
         from experiments.runner import run
 
         cfg = run_config(args.config, args.overrides, plugins=args.plugin)
-        cfg.progress = cfg.progress or not args.quiet           # one bar per phase, on stderr
+        cfg.progress = shown_progress(cfg.progress, args.quiet)
         from strategies.training import distributed
 
         try:
@@ -152,12 +154,13 @@ def _dispatch(args, parser) -> int:
         check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
         configs = expand(args.config, args.overrides, grid, plugins=args.plugin)   # every config checked first
         for cfg in configs:
-            cfg.progress = cfg.progress or not args.quiet
+            cfg.progress = shown_progress(cfg.progress, args.quiet)
         check_writable(args.out, "sweep --out")                 # before any run, not after all of them
-        print(f"{len(configs)} runs")
+        (_silent if args.quiet else _say)(f"ovq-cl: sweep {args.name}: {len(configs)} runs")
         results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun,
                                       announce=_silent if args.quiet else _say, backend=args.backend,
-                                      ray_address=args.ray_address, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus)
+                                      ray_address=args.ray_address, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus,
+                                      quiet=args.quiet)
         for label, err in failures:
             print(f"FAILED {label}: {err}")
         return 1 if failures else 0
@@ -195,11 +198,38 @@ def _dispatch(args, parser) -> int:
 
         print(write_report(args.out))
     elif args.command == "state-sizes":
-        from experiments.state_sizes import state_size_table
+        from experiments.state_sizes import parse_mixer_options, state_size_table
 
         lengths = [int(t) for t in args.lengths.split(",") if t.strip()]
-        print(state_size_table(lengths, d_model=args.d_model, n_heads=args.heads, budget=args.budget))
+        d_model, heads, budget, options = args.d_model, args.heads, args.budget, parse_mixer_options(args.option)
+        if args.as_demo:
+            from experiments.demo import DemoConfig
+
+            demo = DemoConfig()
+            d_model, heads, budget = demo.d_model, demo.n_heads, demo.state_budget
+            options = {**demo.mixer_options, **options}
+            lengths = [demo.task.seq_len] if args.lengths == LENGTHS_DEFAULT else lengths
+        print(state_size_table(lengths, d_model=d_model, n_heads=heads, budget=budget, options=options))
     return 0
+
+
+def shown_progress(configured: Optional[bool], quiet: bool) -> bool:
+    """Progress under the CLI: ``--quiet`` wins over everything; otherwise the config's ``progress``,
+    on when it does not say (a bar per phase on a terminal, a line per phase in a log)."""
+    return False if quiet else (True if configured is None else bool(configured))
+
+
+#: loggers of the libraries a run uses that say INFO (MLflow's store creation, its migrations)
+LIBRARY_LOGGERS = ("mlflow", "alembic")
+
+
+def quiet_libraries() -> None:
+    """``--quiet``: the libraries' INFO lines go too (warnings and errors stay)."""
+    import logging
+
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")      # read when mlflow is imported (its own setup)
+    for name in LIBRARY_LOGGERS:                                   # and for a process that imported it already
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _under_torchrun() -> bool:

@@ -110,7 +110,7 @@ class RunConfig:
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     after_meta: AfterMetaSection = field(default_factory=AfterMetaSection)
     output_dir: str = "outputs"
-    progress: bool = False
+    progress: Optional[bool] = None        # bars on a terminal, lines in a log; None: on under the CLI (not --quiet), off from Python
     plugins: List[str] = field(default_factory=list)   # modules that register user mixers, streams, ... (imported first)
     device: str = "auto"                   # auto (cuda when available) | cpu | cuda | cuda:N
     precision: str = "fp32"                # fp32 | bf16 | fp16 (torch.autocast on the device; fp16 on CUDA only)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
-from tqdm import tqdm
 
 from ovq_cl import DecoderLM, model_config
+from ovq_cl.base.progress import progress as show_progress
 from strategies.evaluation.metrics import SequenceScore
 from strategies.training.step import train_step
 from streams.recall import RecallSpec, recall_batch
@@ -73,7 +73,7 @@ def train_one(kind: str, cfg: DemoConfig, progress: bool = True) -> DemoResult:
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps, pct_start=0.1)
     data_gen = torch.Generator().manual_seed(cfg.seed)
     loss_value, tokens, start = float("nan"), 0, time.perf_counter()
-    for _ in tqdm(range(cfg.steps), desc=f"{kind:>8}", disable=not progress, leave=False):
+    for _ in show_progress(range(cfg.steps), desc=f"{kind:>8}", show=progress, unit="steps"):
         x, y = recall_batch(cfg.task, cfg.batch_size, data_gen)
         loss, _, _ = train_step(model, opt, x, y, grad_clip=1.0, where=f"in the demo for mixer {kind!r}")
         sched.step()

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Callable, List, Optional, Tuple
 
 
-def _trial(cfg, parent_run_id: Optional[str], rerun: bool, cwd: str, threads: int):
-    """One configuration in a Ray worker; returns the RunResult."""
+def _trial(cfg, parent_run_id: Optional[str], rerun: bool, cwd: str, threads: int, messages: bool = True):
+    """One configuration in a Ray worker; returns the RunResult. No progress: a worker's output reaches
+    the driver through Ray's log (prefixed, line by line), where bars are noise and the driver already
+    says when each trial ends; ``messages``: the run's one-line decisions (new, resumed, reused)."""
     import torch
 
     try:
@@ -41,14 +44,26 @@ def _trial(cfg, parent_run_id: Optional[str], rerun: bool, cwd: str, threads: in
     load_plugins(cfg.plugins)                    # a user's mixers, streams, ... registered in this worker too
     from experiments.runner import run
 
-    return run(cfg, parent_run_id=parent_run_id, rerun=rerun, announce=lambda message: print(message, flush=True))
+    cfg.progress = False
+    return run(cfg, parent_run_id=parent_run_id, rerun=rerun,
+               announce=_to_stderr if messages else _silent)
+
+
+def _to_stderr(message: str) -> None:
+    """A trial's messages on its stderr, which Ray forwards to the driver's stderr (stdout: results)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _silent(message: str) -> None:
+    pass
 
 
 def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, announce: Callable[[str], None] = print,
                address: Optional[str] = None, cpus: float = 1, gpus: float = 0,
-               on_result: Optional[Callable[[list], None]] = None) -> Tuple[list, List[Tuple[str, str]]]:
+               on_result: Optional[Callable[[list], None]] = None, quiet: bool = False) -> Tuple[list, List[Tuple[str, str]]]:
     """Runs ``configs`` as Ray tasks. Returns (results, failures) in the order of ``configs``;
-    ``on_result(results so far)`` is called after each finished trial (the sweep rewrites its JSON)."""
+    ``on_result(results so far)`` is called after each finished trial (the sweep rewrites its JSON).
+    ``quiet``: Ray says errors only and the trials nothing (their failures still come back here)."""
     try:
         import ray
     except ImportError:
@@ -62,14 +77,17 @@ def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, annou
         # Ray's core installs its own SIGTERM handlers (a C-level dump, then abort: the parent run would be
         # FAILED and the trials left RUNNING); the caller's handler (the CLI's: SIGTERM as Ctrl-C) is put back
         sigterm = signal.getsignal(signal.SIGTERM)
-        ray.init(address=address, include_dashboard=False, logging_level="WARNING",
+        if not sys.stderr.isatty():
+            os.environ.setdefault("RAY_COLOR_PREFIX", "0")     # no colour codes in a log file
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR" if quiet else "WARNING",
+                 log_to_driver=not quiet,
                  runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("OVQ_CL_", "PYTHONPATH"))}})
         if sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
     try:
         remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=1, retry_exceptions=True)(_trial)
         cwd, threads = os.getcwd(), max(1, int(cpus))
-        refs = {remote.remote(cfg, parent_run_id, rerun, cwd, threads): i for i, cfg in enumerate(configs)}
+        refs = {remote.remote(cfg, parent_run_id, rerun, cwd, threads, not quiet): i for i, cfg in enumerate(configs)}
         results: List[Optional[object]] = [None] * len(configs)
         failures: List[Tuple[int, str, str]] = []
         pending, started, n_done = list(refs), time.perf_counter(), 0

@@ -599,9 +599,9 @@ def stream_phase(run: ResolvedRun, session: Session, tracker, stop_after: Option
 
 
 def _progress(iterable, show: bool, what: str):
-    from tqdm import tqdm
+    from ovq_cl.base.progress import progress
 
-    return tqdm(iterable, desc=what, disable=not show, leave=False)
+    return progress(iterable, desc=what, show=show, unit=what)
 
 
 def _experience_metrics(session: Session, j: int, metric: str) -> Dict[str, float]:

@@ -74,7 +74,7 @@ def check_backend(backend: str, ray_address: Optional[str] = None, trial_cpus: f
 def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] = None, experiment: Optional[str] = None,
               grid: Optional[Dict[str, List[str]]] = None, out: Optional[str] = None, rerun: bool = False,
               announce=print, backend: str = "serial", ray_address: Optional[str] = None, trial_cpus: float = 1,
-              trial_gpus: float = 0):
+              trial_gpus: float = 0, show=print, quiet: bool = False):
     """Runs every config under one parent MLflow run; a failed run is reported and the sweep goes on.
 
     The parent logs the grid as params and, with ``out``, the comparison table, the run records (JSON)
@@ -82,7 +82,9 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
     every finished run, so a sweep killed midway leaves the records of the runs it finished. Finished identical runs are
     reused, never re-parented (only the runs a sweep starts are its children). Prints one line per run
     with the time so far and an estimate of the time left. Returns (results, failures), both in the
-    order of ``configs`` whatever the backend.
+    order of ``configs`` whatever the backend. ``announce`` receives the messages (the CLI: stderr, or
+    nothing under ``--quiet``), ``show`` the comparison table (the CLI: stdout, quiet or not); ``quiet``: Ray's trials and start-up
+    say nothing either.
 
     ``backend="ray"``: each config is a Ray task with ``trial_cpus`` CPUs and ``trial_gpus`` GPUs
     (:mod:`experiments.ray_backend`), run as a child of the same parent; a trial that fails or whose
@@ -111,6 +113,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
                 cfg.tracking.experiment = experiment
             results, failures = run_on_ray(
                 configs, parent.run_id, rerun=rerun, announce=announce, address=ray_address, cpus=trial_cpus,
+                quiet=quiet,
                 gpus=trial_gpus, on_result=(lambda done: _write_records(done, os.path.join(out, f"{name}.json")))
                 if out else None)
         for n, cfg in enumerate(configs if backend == "serial" else [], 1):
@@ -143,7 +146,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             compare.curves_plot(records, paths["plot"], name)
             for path in paths.values():
                 parent.client.log_artifact(parent.run_id, path)
-            announce(text)
+            show(text)
             announce(f"table, records and plot: {', '.join(paths.values())} (also artifacts of MLflow run {parent.run_id})")
     return results, failures
 

@@ -1,13 +1,15 @@
-"""Progress bars (tqdm, on stderr) for the phases of a stream: each experience's training, each evaluation."""
+"""Progress of the phases of a stream (each experience's training, each evaluation), on stderr: bars on a
+terminal, plain lines in a log (:mod:`ovq_cl.base.progress`)."""
 from __future__ import annotations
 
 import ovq_cl.base.avalanche_compat  # noqa: F401  (before avalanche)
 from avalanche.core import SupervisedPlugin
-from tqdm import tqdm
+
+from ovq_cl.base.progress import progress
 
 
 class ProgressPlugin(SupervisedPlugin, supports_distributed=True):
-    """One bar per training experience (minibatches) and one per evaluation (experiences)."""
+    """One bar (or line) per training experience (minibatches) and one per evaluation (experiences)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -20,8 +22,8 @@ class ProgressPlugin(SupervisedPlugin, supports_distributed=True):
 
     def before_training_epoch(self, strategy, **kwargs):
         self._close()
-        self._bar = tqdm(total=len(strategy.dataloader), leave=False,
-                         desc=f"experience {strategy.experience.current_experience}: train")
+        self._bar = progress(total=len(strategy.dataloader), unit="minibatches",
+                             desc=f"experience {strategy.experience.current_experience}: train")
 
     def after_training_iteration(self, strategy, **kwargs):
         if self._bar is not None:
@@ -32,7 +34,7 @@ class ProgressPlugin(SupervisedPlugin, supports_distributed=True):
 
     def before_eval(self, strategy, **kwargs):
         self._close()
-        self._bar = tqdm(total=len(strategy.current_eval_stream), leave=False, desc="evaluate")
+        self._bar = progress(total=len(strategy.current_eval_stream), unit="experiences", desc="evaluate")
 
     def after_eval_exp(self, strategy, **kwargs):
         if self._bar is not None:

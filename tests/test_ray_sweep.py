@@ -39,6 +39,8 @@ def test_a_ray_sweep_gives_the_serial_sweeps_runs_and_table_and_survives_a_kille
     on_ray, uri = sweep(tmp_path, "ray", "ray", "--trial-cpus", "1", env=env)
     assert on_ray.returncode == 0, (on_ray.stdout + on_ray.stderr)[-3000:]
     assert marker.exists()                                             # one trial's process was killed
+    assert "(_trial" not in on_ray.stdout + on_ray.stderr                  # --quiet: no worker noise from Ray
+    assert "| all runs |" in on_ray.stdout                                 # the table on stdout, quiet or not
     a, b = records(tmp_path, "serial"), records(tmp_path, "ray")
     assert [r["label"] for r in a] == [r["label"] for r in b] and [r["config_id"] for r in a] == [r["config_id"] for r in b]
     assert [r["R"] for r in a] == [r["R"] for r in b]                  # the killed trial resumed to the same numbers
@@ -102,6 +104,7 @@ def test_sigterm_on_a_ray_sweep_marks_the_parent_and_its_running_trials_killed_a
     out, err = driver.communicate(timeout=120)
     assert driver.returncode == 143, (out + err)[-3000:]
     assert "terminated (SIGTERM)" in err and "Traceback" not in err and "SIGTERM received" not in err
+    assert "(_trial" not in out + err
     runs = runs_table("ovq-cl", uri)
     statuses = {r["run_name"]: r["status"] for r in runs}
     assert statuses.pop("ray") == "KILLED"

@@ -53,7 +53,7 @@ def test_resuming_with_a_harmless_setting_changed_finishes_the_same_run(tmp_path
     resumed = run(cfg_in(tmp_path, "resume", store, progress=True))
     (row,) = runs_table("resume", store)
     assert row["run_id"] == resumed.run_id and row["status"] == "FINISHED"
-    assert row["params"]["progress"] == "False"          # params are the first run's; nothing clashed
+    assert row["params"]["progress"] == "None"           # params are the first run's; nothing clashed
 
 
 def test_two_stores_keep_their_own_checkpoints_and_both_resume(tmp_path, store):

@@ -13,9 +13,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
 from ovq_cl.base import collate_episodes
+from ovq_cl.base.progress import progress
 from strategies.training import distributed
 from strategies.evaluation.metrics import SequenceScore
 from strategies.training.step import train_step
@@ -90,7 +90,7 @@ class MetaTraining:
                             collate_fn=collate_episodes, drop_last=True)
         self.model.train()
         skip, step = self.done, 0
-        bar = tqdm(total=self.steps, initial=skip, desc="meta-train", disable=not self.show_progress, leave=False)
+        bar = progress(total=self.steps, initial=skip, desc="meta-train", show=self.show_progress, unit="steps")
         while step < self.steps:
             for x, y, *_ in loader:
                 if step < skip:                       # replaying the order of a resumed run: no compute
