@@ -108,14 +108,14 @@ def test_sigterm_on_a_ray_sweep_marks_the_parent_and_its_running_trials_killed_a
     runs = runs_table("ovq-cl", uri)
     statuses = {r["run_name"]: r["status"] for r in runs}
     assert statuses.pop("ray") == "KILLED"
-    started = len(marker.read_text().split())
-    assert started >= 1 and len(statuses) == started and set(statuses.values()) == {"KILLED"}, statuses
+    waiting = len(marker.read_text().split())       # trials at experience 1; on a busy machine another may
+    assert waiting >= 1 and len(statuses) >= waiting and set(statuses.values()) == {"KILLED"}, statuses  # be earlier
     # started again (serially: reuse and resume are decided by run() whatever the backend), each
     # trial that had started resumes at experience 1 and every run finishes
     env.pop("EXTENSION_WAIT_BEFORE")
     again = subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stderr.count("at experience 1") == started, again.stderr[-3000:]
+    assert again.stderr.count("at experience 1") >= waiting, again.stderr[-3000:]
     finished = [r for r in runs_table("ovq-cl", uri) if r["status"] == "FINISHED" and r["run_name"] != "ray"]
     assert len(finished) == 2
