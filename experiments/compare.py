@@ -65,6 +65,8 @@ class RunRecord:
     config_id: Optional[str] = None           # the run identity: config (seeds included) ...
     code_version: Optional[str] = None        # ... and the code that ran it
     finished_at: float = 0.0                  # when it ended (MLflow), or its place in a JSON list: the latest wins
+    stream_chance: float = math.nan           # the stream gate's chance score and skill threshold, which the
+    stream_threshold: float = math.nan        # per-experience learning gate applies to each R[j][j]
 
     @property
     def replicate(self) -> Tuple:
@@ -98,7 +100,45 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
         delay=dict(d.get("delay") or {}), config_id=d.get("config_id"), code_version=d.get("code_version"),
+        stream_chance=_num((d.get("stream_gate") or {}).get("chance")),
+        stream_threshold=_num((d.get("stream_gate") or {}).get("threshold")),
     )
+
+
+def experience_skills(r: RunRecord) -> List[float]:
+    """Skill of each experience's learning score R[j][j] against the stream's chance (the best
+    context-free predictor on all its test labels): 0 at chance, 1 perfect; NaN where unknown."""
+    from strategies.evaluation.metrics import skill
+
+    if not r.R or math.isnan(r.stream_chance):
+        return []
+    return [math.nan if r.R[j][j] is None else skill(r.metric, r.R[j][j], r.stream_chance) for j in range(len(r.R))]
+
+
+def stopped_learning_at(r: RunRecord) -> Optional[int]:
+    """The per-experience learning gate: the first experience j >= 1 whose learning score is below the
+    stream gate's skill threshold after experience 0 passed it (a memory that stopped taking new facts),
+    None when every experience passes, or when experience 0 did not (that run did not learn at all,
+    which the run's own gates say). A finding shown in the tables, not an exclusion."""
+    skills = experience_skills(r)
+    if not skills or math.isnan(r.stream_threshold) or not skills[0] >= r.stream_threshold:
+        return None
+    for j, s in enumerate(skills[1:], 1):
+        if not s >= r.stream_threshold:
+            return j
+    return None
+
+
+def late_learning(r: RunRecord) -> float:
+    """Plasticity after the first experience: the mean learning score R[j][j] over j >= 1."""
+    values = [r.R[j][j] for j in range(1, len(r.R or [])) if r.R[j][j] is not None]
+    return statistics.fmean(values) if values else math.nan
+
+
+def stopped_summary(runs: Sequence[RunRecord]) -> str:
+    """``"0/5"``, or ``"3/5 (from exp 1)"``: runs that stopped learning, and the earliest experience."""
+    at = [j for j in (stopped_learning_at(r) for r in runs) if j is not None]
+    return f"{len(at)}/{len(runs)}" + (f" (from exp {min(at)})" if at else "")
 
 
 def record_from_result(result) -> RunRecord:
@@ -350,13 +390,18 @@ def _layers(text: str) -> List[str]:
 def paired_table(records: Iterable[RunRecord], baseline: str,
                  columns: Sequence[str] = ("final_average", "learning_average", "forgetting_max", "forgetting_learned")) -> str:
     """Every configuration against ``baseline`` on the replicates (model seed, data seed) both ran:
-    difference (other - baseline) with its 95% CI, paired t and Wilcoxon signed-rank p, Cohen's d_z.
-    Forgetting pairs where either run did not learn are dropped."""
+    difference (other - baseline) with its 95% CI, paired t p, that p Holm-adjusted over the table's
+    rows of the same metric (the table's tests of one endpoint are one family; the verdict table adjusts
+    over whole stream families), exact Wilcoxon signed-rank p, Cohen's d_z. Forgetting pairs where
+    either run did not learn are dropped."""
+    from experiments.intervals import holm
+
     groups = group_records(records)
     base_key = find_group(groups, baseline)
     base = {r.replicate: r for r in groups[base_key]}
-    head = ["configuration - baseline", "metric", "n pairs", "difference [95% CI]", "paired t p", "Wilcoxon p", "d_z"]
-    lines = [f"baseline: {base_key}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["configuration - baseline", "metric", "n pairs", "difference [95% CI]", "paired t p", "p Holm (metric)",
+            "Wilcoxon p", "d_z"]
+    rows = []                                      # (key, column, comparison or None)
     for key in sorted(groups):
         if key == base_key:
             continue
@@ -366,13 +411,21 @@ def paired_table(records: Iterable[RunRecord], baseline: str,
             pairs = [(others[s], base[s]) for s in shared]
             if column in FORGETTING:
                 pairs = [(a, b) for a, b in pairs if a.learned is not False and b.learned is not False]
-            if not pairs:
-                lines.append(f"| {key} | {column} | 0 | not learned | | | |")
-                continue
             c = paired_comparison([a.summary.get(column, math.nan) for a, _ in pairs],
-                                  [b.summary.get(column, math.nan) for _, b in pairs])
-            lines.append(f"| {key} | {column} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
-                         f"{_p(c.p_t)} | {_p(c.p_wilcoxon)} | {_f(c.effect_size_dz)} |")
+                                  [b.summary.get(column, math.nan) for _, b in pairs]) if pairs else None
+            rows.append((key, column, c))
+    adjusted = {}
+    for column in columns:
+        family = [(i, c) for i, (_, col, c) in enumerate(rows) if col == column and c is not None]
+        for (i, _), a in zip(family, holm([c.p_t for _, c in family])):
+            adjusted[i] = a
+    lines = [f"baseline: {base_key}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, (key, column, c) in enumerate(rows):
+        if c is None:
+            lines.append(f"| {key} | {column} | 0 | not learned | | | | |")
+            continue
+        lines.append(f"| {key} | {column} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
+                     f"{_p(c.p_t)} | {_p(adjusted.get(i, math.nan))} | {_p(c.p_wilcoxon)} | {_f(c.effect_size_dz)} |")
     return "\n".join(lines)
 
 
@@ -390,9 +443,37 @@ class VerdictRow:
     state_bytes: Tuple[float, float]    # baseline, other (mean per layer and lane)
     parameters: Tuple[float, float]
     learned_by: Tuple[int, int] = (0, 0)   # replicates (of the shared ones) where OVQ, the other passed the gates
+    # the primary endpoint: the final average score (against the facts in force where the stream has
+    # them), OVQ - other, over every shared replicate (learned or not: what each memory holds at the end)
+    primary: Any = None
+    late_learning: Any = None           # PairedComparison of the mean R[j][j] over j >= 1, OVQ - other
+    stopped: Tuple[str, str] = ("", "")  # runs that stopped learning (OVQ, other): stopped_summary
+    run_ids: frozenset = frozenset()    # the run identities (config_id) behind this row, both sides
+    results: frozenset = frozenset()    # the result matrices behind it: runs repeated under settings that
+                                        # change no number (e.g. the delay probe's size) are the same evidence
+    # Holm-adjusted p within the row's family (stream family x endpoint), set by the report
+    p_primary_adjusted: float = math.nan
+    p_forgetting_adjusted: float = math.nan
+
+    def _better(self, difference: float) -> bool:
+        """Whether an OVQ - other difference of the score favours OVQ."""
+        return difference > 0 if self.higher_is_better else difference < 0
+
+    @property
+    def primary_verdict(self) -> str:
+        """The verdict on the primary endpoint, by the family-adjusted p when the report set it."""
+        c = self.primary
+        if c is None or c.n < 2 or math.isnan(c.p_t):
+            return "too few pairs" if c is not None and c.n else "no shared seeds"
+        p = c.p_t if math.isnan(self.p_primary_adjusted) else self.p_primary_adjusted
+        few = "" if c.n >= 5 else f" ({c.n} seeds, fewer than 5)"
+        if p < 0.05:
+            return ("OVQ holds more" if self._better(c.mean_difference) else "**OVQ holds less**") + few
+        return "no difference detected" + few
 
     @property
     def verdict(self) -> str:
+        """The verdict on forgetting (a secondary endpoint), by the family-adjusted p when set."""
         f = self.forgetting
         if self.n_pairs == 0:
             ovq, other = self.learned_by
@@ -405,7 +486,8 @@ class VerdictRow:
         if self.n_pairs < 2 or math.isnan(f.p_t):
             return "too few pairs"
         few = "" if self.n_pairs >= 5 else f" ({self.n_pairs} seeds, fewer than 5)"
-        if f.p_t < 0.05:
+        p = f.p_t if math.isnan(self.p_forgetting_adjusted) else self.p_forgetting_adjusted
+        if p < 0.05:
             return ("OVQ forgets less" if f.mean_difference > 0 else "**OVQ forgets more**") + few
         return "no difference detected" + few
 
@@ -438,13 +520,21 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
         learning = paired_comparison([b.summary.get("learning_average", math.nan) for _, b in pairs],
                                      [a.summary.get("learning_average", math.nan) for a, _ in pairs])
         metric = groups[base_key][0].metric
+        primary = paired_comparison([col(b, "final_average") for _, b in pairs], [col(a, "final_average") for a, _ in pairs])
+        late = paired_comparison([late_learning(b) for _, b in pairs], [late_learning(a) for a, _ in pairs])
         rows.append(VerdictRow(_describe(groups[key][0], groups[base_key][0]), len(learned), len(pairs) - len(learned),
                                forgetting, learning,
                                higher_is_better(metric), current,
                                (_mean_bytes(groups[base_key]), _mean_bytes(groups[key])),
                                (_mean_parameters(groups[base_key]), _mean_parameters(groups[key])),
                                learned_by=(sum(b.learned is not False for _, b in pairs),
-                                           sum(a.learned is not False for a, _ in pairs))))
+                                           sum(a.learned is not False for a, _ in pairs)),
+                               primary=primary, late_learning=late,
+                               stopped=(stopped_summary([b for _, b in pairs]), stopped_summary([a for a, _ in pairs])),
+                               run_ids=frozenset(r.config_id or r.label + str(r.replicate)
+                                                 for a, b in pairs for r in (a, b)),
+                               results=frozenset(repr((side, r.replicate, r.R)) for a, b in pairs
+                                                 for side, r in (("other", a), ("ovq", b)) if r.R)))
     return rows
 
 

@@ -15,14 +15,17 @@ and the findings.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
 from experiments import compare
+from experiments.intervals import holm
 from experiments.study_specs import StudySpec, all_studies
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +51,14 @@ How to read the tables (definitions in `docs/measurement.md`):
   first delay where it falls below 0.5. It says whether a mixer forgets by overwriting or by a memory
   shorter than the stream's delays; it is reported, not a gate (`gate.delay`).
 - **state bytes/layer/lane** is what one layer carries for one lane at the end of the stream.
+- **Primary endpoint** (declared per study, `endpoint:` in its spec): the final average score, against
+  the facts in force where facts change: what a memory holds at the end, old and new. Forgetting and the
+  learning score are secondary, shown beside it, so that a memory that forgets little because it
+  stopped learning is seen as such; **stopped learning** counts runs whose R[j][j] fell below the
+  stream gate's skill threshold at some experience after the first.
+- **Many tests**: the verdict table adjusts its p-values with Holm's method within each stream family
+  and endpoint; every paired table adjusts within itself, per metric (`p Holm`). Words (`holds more`,
+  `forgets less`) follow the adjusted p. With 5 seeds an exact Wilcoxon test cannot go below 0.0625.
 """
 
 
@@ -326,40 +337,110 @@ def _kb(x: float) -> str:
     return "-" if x != x else (f"{x / 1024:,.0f}K" if x >= 10240 else f"{x:,.0f}")
 
 
-def verdict_table(specs: List[StudySpec], root: Optional[str] = None) -> str:
-    """One row per (study with ``verdict``, partition value, configuration other than the study's OVQ
-    baseline): does OVQ forget less, paired over seeds (t-test, p < 0.05), the effect size, and what
-    it costs in learning score; state bytes and parameters of both."""
-    head = ["stream", "where", "against", "pairs (not learned)", "forgetting_max, other - OVQ [95% CI]", "p (t)", "d_z",
-            "learning, OVQ - other [95% CI]", "bytes OVQ / other", "params OVQ / other", "verdict"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+@dataclass
+class VerdictEntry:
+    """One row of the verdict table before it is written: where it comes from and its comparison (or,
+    for a place without one, the reason), its family, and the earlier row it repeats, if any."""
+
+    stream: str
+    family: str
+    where: str
+    row: Optional[compare.VerdictRow] = None
+    note: str = ""
+    same_as: Optional[int] = None          # the number of the earlier row with the same runs
+
+
+def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[VerdictEntry]:
+    """Every verdict row of every study with ``verdict``, in study order, with:
+
+    - **one row per piece of evidence**: a row whose runs (config ids, both sides) are those of an
+      earlier row, or whose result matrices are (runs repeated under a setting that changes no number,
+      e.g. the delay probe's size), points to it (``same_as``) and is left out of the multiplicity
+      adjustment;
+    - **Holm within each family** (the study's ``family``, default its own stream) and endpoint: the
+      primary endpoint's p-values adjusted together, the forgetting p-values together; the verdict words
+      use the adjusted p.
+    """
+    entries: List[VerdictEntry] = []
     for spec in specs:
         if not spec.verdict or not spec.baseline:
             continue
+        family = spec.family or spec.verdict
         records = [compare.record_from_json(d) for d in _raw(spec, root)]
         if not records:
-            lines.append(f"| {spec.verdict} | | | 0 | | | | | | | no runs yet |")
+            entries.append(VerdictEntry(spec.verdict, family, "-", note="no runs yet"))
             continue
         for value, subset in _partitions(records, spec.partition, spec.partition_default):
             where = "-" if value is None else _where(spec.partition, value)
             try:
                 rows = compare.verdict_rows(subset, spec.baseline)
             except ValueError as e:
-                lines.append(f"| {spec.verdict} | {where} | | | | | | | | | no OVQ baseline here ({e}) |")
+                entries.append(VerdictEntry(spec.verdict, family, where, note=f"no OVQ baseline here ({e})"))
                 continue
-            for r in rows:
-                f, lrn = r.forgetting, r.learning
-                arrow = "" if r.higher_is_better else " (lower is better)"
-                fcell = ("-" if r.n_pairs == 0 else f"{f.mean_difference:+.3f}" if r.n_pairs < 2 else
-                         f"{f.mean_difference:+.3f} [{f.low:+.3f}, {f.high:+.3f}]")
-                lcell = ("-" if lrn.n == 0 else f"{lrn.mean_difference:+.3f}{arrow}" if lrn.n < 2 else
-                         f"{lrn.mean_difference:+.3f} [{lrn.low:+.3f}, {lrn.high:+.3f}]{arrow}")
-                cur = " (facts in force)" if r.current else ""
-                lines.append(
-                    f"| {spec.verdict}{cur} | {where} | {r.other} | {r.n_pairs} ({r.n_not_learned}) | {fcell} | "
-                    f"{compare._p(f.p_t)} | {compare._f(f.effect_size_dz)} | {lcell} | "
-                    f"{_kb(r.state_bytes[0])} / {_kb(r.state_bytes[1])} | {_kb(r.parameters[0])} / {_kb(r.parameters[1])} | "
-                    f"{r.verdict} |")
+            entries += [VerdictEntry(spec.verdict, family, where, r) for r in rows]
+    seen: Dict[frozenset, int] = {}
+    for n, e in enumerate(entries, 1):
+        if e.row is None:
+            continue
+        keys = [k for k in (e.row.run_ids, e.row.results) if k]
+        earlier = [seen[k] for k in keys if k in seen]
+        if earlier:
+            e.same_as = min(earlier)
+        for k in keys:
+            seen.setdefault(k, n)
+    for family in {e.family for e in entries}:
+        counted = [e.row for e in entries if e.family == family and e.row is not None and e.same_as is None]
+        for adjusted, r in zip(holm([r.primary.p_t if r.primary is not None else math.nan for r in counted]), counted):
+            r.p_primary_adjusted = adjusted
+        forgetting = [r.forgetting.p_t if r.n_pairs >= 2 else math.nan for r in counted]
+        for adjusted, r in zip(holm(forgetting), counted):
+            r.p_forgetting_adjusted = adjusted
+    return entries
+
+
+def _paired_cell(c, higher_is_better: bool = True, boot: bool = False) -> str:
+    if c is None or c.n == 0:
+        return "-"
+    arrow = "" if higher_is_better else " (lower is better)"
+    if c.n < 2 or math.isnan(c.low):
+        return f"{c.mean_difference:+.3f}{arrow}"
+    text = f"{c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+    if boot and not math.isnan(c.boot_low):
+        text += f" boot [{c.boot_low:+.3f}, {c.boot_high:+.3f}]"
+    return text + arrow
+
+
+def verdict_table(specs: List[StudySpec], root: Optional[str] = None) -> str:
+    """The verdict, one row per (study with ``verdict``, partition value, configuration other than the
+    study's OVQ baseline), led by the declared primary endpoint (the final average, against the facts in
+    force where the stream has them; OVQ - other over every shared seed, t and bootstrap intervals, raw
+    and Holm-adjusted p, exact Wilcoxon p), then stability and plasticity side by side: forgetting_max
+    (other - OVQ, on seeds where both learned; raw and Holm p), the learning score of the experiences
+    after the first (OVQ - other) and how many runs stopped learning at some experience. State bytes
+    and parameters of both. A row made of the runs of an earlier row says so instead of repeating it."""
+    head = ["#", "stream (family)", "where", "against", "seeds (both learned)",
+            "**final average, OVQ - other** [95% CI]", "p t / Holm", "p Wilcoxon", "**verdict**",
+            "forgetting_max, other - OVQ [95% CI]", "p t / Holm", "forgetting", "late learning, OVQ - other",
+            "stopped learning, OVQ / other", "bytes OVQ / other", "params OVQ / other"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for n, e in enumerate(verdict_entries(specs, root), 1):
+        stream = e.stream + (f" ({e.family})" if e.family != e.stream else "") + (" (facts in force)" if e.row is not None and e.row.current else "")
+        if e.row is None:
+            lines.append(f"| {n} | {stream} | {e.where} | | | | | | {e.note} |" + " |" * 7)
+            continue
+        r = e.row
+        if e.same_as is not None:
+            lines.append(f"| {n} | {stream} | {e.where} | {r.other} | | | | | same runs as row {e.same_as} |" + " |" * 7)
+            continue
+        p, f = r.primary, r.forgetting
+        fcell = "-" if r.n_pairs == 0 else _paired_cell(f)
+        lines.append(
+            f"| {n} | {stream} | {e.where} | {r.other} | {p.n if p else 0} ({r.n_pairs}) | "
+            f"{_paired_cell(p, r.higher_is_better, boot=True)} | {compare._p(p.p_t)} / {compare._p(r.p_primary_adjusted)} | "
+            f"{compare._p(p.p_wilcoxon)} | {r.primary_verdict} | {fcell} | "
+            f"{compare._p(f.p_t) if r.n_pairs else '-'} / {compare._p(r.p_forgetting_adjusted)} | {r.verdict} | "
+            f"{_paired_cell(r.late_learning, r.higher_is_better)} | {r.stopped[0]} / {r.stopped[1]} | "
+            f"{_kb(r.state_bytes[0])} / {_kb(r.state_bytes[1])} | {_kb(r.parameters[0])} / {_kb(r.parameters[1])} |")
     return "\n".join(lines)
 
 
@@ -375,7 +456,7 @@ def verdict_section(specs: List[StudySpec], root: Optional[str] = None) -> str:
     """The verdict on the claim: the generated table, then the prose of ``experiments/verdict.yaml``
     (written after reading the table)."""
     prose = OmegaConf.load(VERDICT_FILE) if os.path.exists(VERDICT_FILE) else {}
-    parts = ["## Verdict: does OVQ forget less?", "", str(prose.get("setup", "")).strip(), "",
+    parts = ["## Verdict: what OVQ holds at the end, and what it forgets", "", str(prose.get("setup", "")).strip(), "",
              verdict_table(specs, root), ""]
     if str(prose.get("findings", "")).strip():
         parts += [str(prose["findings"]).strip(), ""]

@@ -35,9 +35,17 @@ class StudySpec:
     plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
     verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
+    family: Optional[str] = None                         # the stream family its verdict rows are adjusted in (Holm,
+                                                         # per family and endpoint); None: its own family
+    endpoint: str = "final_average"                      # the declared primary endpoint (before the runs)
     smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
     smoke_by_config: Dict[str, List[str]] = field(default_factory=dict)   # more, for the commands of one config file
     findings: str = ""
+
+
+#: primary endpoints a study may declare: the final average score, against the facts in force where the
+#: stream has them (what the memory holds at the end, old facts and new)
+ENDPOINTS = ("final_average",)
 
 
 def load_study(name: str) -> StudySpec:
@@ -45,7 +53,10 @@ def load_study(name: str) -> StudySpec:
     if not os.path.exists(path):
         known = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(STUDIES_DIR, "*.yaml")))
         raise FileNotFoundError(f"study {name!r} not found; known: {known}")
-    return validate(StudySpec, OmegaConf.load(path), f"study {name}")
+    spec = validate(StudySpec, OmegaConf.load(path), f"study {name}")
+    if spec.endpoint not in ENDPOINTS:
+        raise ValueError(f"study {name}: endpoint {spec.endpoint!r} is not one of {list(ENDPOINTS)}")
+    return spec
 
 
 def all_studies() -> List[StudySpec]:

@@ -1,0 +1,123 @@
+"""The verdict cannot be won by a memory that stops learning, counts each piece of evidence once, and
+adjusts each family of tests for their number (Holm) before it says a word."""
+import json
+import math
+
+import pytest
+from scipy import stats
+
+from experiments import compare, report, study_specs
+from experiments.intervals import benjamini_hochberg, holm, paired_comparison
+from test_report import _run
+
+CHANCE = 0.1
+
+
+def _memory(layers, seed, R):
+    """A run record on a 3-experience stream whose chance score is 0.1 (stream gate threshold 0.1)."""
+    d = _run(layers, seed, R)
+    d["stream_gate"] = {"skill": 0.5, "chance": CHANCE, "threshold": 0.1, "learned": True}
+    return d
+
+
+def _ovq(seed):
+    """Learns every experience (0.9) and forgets part of the older ones (0.6 at the end)."""
+    e = 0.01 * seed
+    return _memory("ovq", seed, [[0.9, 0.1, 0.1], [0.7 + e, 0.9, 0.1], [0.6 + e, 0.6 - e, 0.9]])
+
+
+def _write_once(seed):
+    """Learns experience 0 and never writes again: later experiences at chance, experience 0 kept whole."""
+    return _memory("frozenstate", seed, [[0.9, 0.1, 0.1], [0.9, 0.1 + 0.002 * seed, 0.1], [0.9, 0.1, 0.1]])
+
+
+def _never(seed):
+    """Never writes at all: chance everywhere (nothing learned, nothing forgotten)."""
+    return _memory("noop", seed, [[0.1, 0.1, 0.1], [0.1, 0.1, 0.1], [0.1, 0.1, 0.1 + 0.001 * seed]])
+
+
+def test_holm_and_bh_equal_a_hand_computation():
+    p = [0.01, 0.04, 0.03, 0.005, math.nan]
+    # sorted: 0.005 (x4 = 0.02), 0.01 (x3 = 0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04 -> monotone 0.06)
+    assert holm(p)[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and math.isnan(holm(p)[4])
+    # BH: 0.005*4/1 = 0.02, 0.01*4/2 = 0.02, 0.03*4/3 = 0.04, 0.04*4/4 = 0.04
+    assert benjamini_hochberg(p)[:4] == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert holm([0.2]) == [0.2] and holm([]) == []
+
+
+def test_five_seeds_cannot_reach_5_percent_with_an_exact_wilcoxon_test():
+    c = paired_comparison([1.0, 2.0, 3.0, 4.0, 5.0], [0.0, 0.1, 0.2, 0.3, 0.4])
+    assert c.p_wilcoxon == pytest.approx(2 / 2 ** 5) and c.p_t < 0.05
+    assert c.boot_low <= c.mean_difference <= c.boot_high
+
+
+def test_a_write_once_or_never_writing_memory_is_not_reported_as_the_better_memory():
+    runs = [_ovq(s) for s in range(5)] + [_write_once(s) for s in range(5)] + [_never(s) for s in range(5)]
+    records = [compare.record_from_json(d) for d in runs]
+    rows = {r.other: r for r in compare.verdict_rows(records, "ovq")}
+    once, never = rows["frozenstate"], rows["noop"]
+    # what forgetting alone says (the trap): the write-once memory forgets nothing, OVQ forgets
+    assert once.forgetting.mean_difference < 0 and once.verdict == "**OVQ forgets more**"
+    # the primary endpoint sees what each holds at the end: OVQ holds more
+    assert once.primary.mean_difference == pytest.approx(0.7 - 0.9 * 1 / 3 - 0.2 / 3, abs=0.02)
+    assert once.primary_verdict == "OVQ holds more"
+    assert never.primary_verdict == "OVQ holds more"
+    # plasticity beside stability: the write-once memory stopped learning at experience 1, on every seed
+    assert once.stopped == ("0/5", "5/5 (from exp 1)")
+    assert once.late_learning.mean_difference == pytest.approx(0.8, abs=0.01)
+    assert compare.stopped_learning_at(records[5]) == 1 and compare.stopped_learning_at(records[0]) is None
+    assert compare.stopped_learning_at(records[10]) is None          # never learned at all: its gates say so
+
+
+def _spec_files(tmp_path, monkeypatch, specs):
+    (tmp_path / "results").mkdir()
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    for name, (runs, family) in specs.items():
+        (tmp_path / "results" / f"{name}.json").write_text(json.dumps(runs))
+        (studies / f"{name}.yaml").write_text(
+            f"title: '{name}'\ncommands: [\"ovq-cl sweep cfg.yaml --name {name} --out results\"]\n"
+            f"results: [results/{name}.json]\nbaseline: ovq\nverdict: '{name} stream'\nfamily: '{family}'\n")
+    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
+    monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+
+
+def test_duplicate_evidence_is_one_row_and_holm_counts_each_test_once(tmp_path, monkeypatch):
+    base = [_ovq(s) for s in range(5)] + [_write_once(s) for s in range(5)]
+    for i, d in enumerate(base):
+        d["config_id"] = f"id{i}"
+    # a second study listing the same runs again, and a third with the same results under other ids
+    # (a run repeated with a setting that changes no number): both point to the first row
+    again = [dict(d) for d in base]
+    repeated = [{**d, "config_id": d["config_id"] + "-probe64"} for d in base]
+    other = [_ovq(s) for s in range(5)] + [_never(s) for s in range(5)]
+    _spec_files(tmp_path, monkeypatch, {"a": (base, "F"), "b": (again, "F"), "c": (repeated, "F"),
+                                        "d": (other, "F")})
+    entries = report.verdict_entries(study_specs.all_studies())
+    assert [e.same_as for e in entries] == [None, 1, 1, None]
+    first, last = entries[0].row, entries[3].row
+    raw = [first.primary.p_t, last.primary.p_t]
+    # the family has two tests, not four: the duplicates are not counted
+    assert [first.p_primary_adjusted, last.p_primary_adjusted] == pytest.approx(holm(raw))
+    table = report.verdict_table(study_specs.all_studies())
+    assert table.count("same runs as row 1") == 2
+
+
+def test_families_are_adjusted_apart(tmp_path, monkeypatch):
+    _spec_files(tmp_path, monkeypatch, {"a": ([_ovq(s) for s in range(5)] + [_write_once(s) for s in range(5)], "F"),
+                                        "b": ([_ovq(s) for s in range(5)] + [_never(s) for s in range(5)], "G")})
+    entries = report.verdict_entries(study_specs.all_studies())
+    for e in entries:                                  # one test per family: Holm leaves p as it is
+        assert e.row.p_primary_adjusted == pytest.approx(e.row.primary.p_t)
+
+
+def test_a_declared_endpoint_is_checked(tmp_path, monkeypatch):
+    (tmp_path / "x.yaml").write_text("title: x\nendpoint: forgetting_max\n")
+    with pytest.raises(ValueError, match="endpoint 'forgetting_max' is not one of"):
+        study_specs.load_study(str(tmp_path / "x.yaml"))
+
+
+def test_scipy_agrees_with_the_exact_wilcoxon_it_is_asked_for():
+    a, b = [0.3, 0.5, 0.2, 0.9, 0.4, 0.8], [0.1, 0.2, 0.25, 0.3, 0.35, 0.15]
+    c = paired_comparison(a, b)
+    assert c.p_wilcoxon == pytest.approx(stats.wilcoxon(a, b, method="exact").pvalue)
