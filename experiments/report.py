@@ -410,27 +410,29 @@ def _paired_cell(c, higher_is_better: bool = True, boot: bool = False) -> str:
     return text + arrow
 
 
-def verdict_table(specs: List[StudySpec], root: Optional[str] = None) -> str:
+def verdict_table(specs: List[StudySpec], root: Optional[str] = None, prefix: str = "") -> str:
     """The verdict, one row per (study with ``verdict``, partition value, configuration other than the
     study's OVQ baseline), led by the declared primary endpoint (the final average, against the facts in
     force where the stream has them; OVQ - other over every shared seed, t and bootstrap intervals, raw
     and Holm-adjusted p, exact Wilcoxon p), then stability and plasticity side by side: forgetting_max
     (other - OVQ, on seeds where both learned; raw and Holm p), the learning score of the experiences
     after the first (OVQ - other) and how many runs stopped learning at some experience. State bytes
-    and parameters of both. A row made of the runs of an earlier row says so instead of repeating it."""
+    and parameters of both. A row made of the runs of an earlier row says so instead of repeating it.
+    Rows are numbered ``{prefix}1``, ``{prefix}2``, ..."""
     head = ["#", "stream (family)", "where", "against", "seeds (both learned)",
             "**final average, OVQ - other** [95% CI]", "p t / Holm", "p Wilcoxon", "**verdict**",
             "forgetting_max, other - OVQ [95% CI]", "p t / Holm", "forgetting", "late learning, OVQ - other",
             "stopped learning, OVQ / other", "bytes OVQ / other", "params OVQ / other"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for n, e in enumerate(verdict_entries(specs, root), 1):
+        n = f"{prefix}{n}"
         stream = e.stream + (f" ({e.family})" if e.family != e.stream else "") + (" (facts in force)" if e.row is not None and e.row.current else "")
         if e.row is None:
             lines.append(f"| {n} | {stream} | {e.where} | | | | | | {e.note} |" + " |" * 7)
             continue
         r = e.row
         if e.same_as is not None:
-            lines.append(f"| {n} | {stream} | {e.where} | {r.other} | | | | | same runs as row {e.same_as} |" + " |" * 7)
+            lines.append(f"| {n} | {stream} | {e.where} | {r.other} | | | | | same runs as row {prefix}{e.same_as} |" + " |" * 7)
             continue
         p, f = r.primary, r.forgetting
         fcell = "-" if r.n_pairs == 0 else _paired_cell(f)
@@ -456,8 +458,15 @@ def verdict_section(specs: List[StudySpec], root: Optional[str] = None) -> str:
     """The verdict on the claim: the generated table, then the prose of ``experiments/verdict.yaml``
     (written after reading the table)."""
     prose = OmegaConf.load(VERDICT_FILE) if os.path.exists(VERDICT_FILE) else {}
-    parts = ["## Verdict: what OVQ holds at the end, and what it forgets", "", str(prose.get("setup", "")).strip(), "",
-             verdict_table(specs, root), ""]
+    confirmatory = [s for s in specs if s.confirmatory]
+    exploratory = [s for s in specs if not s.confirmatory]
+    parts = ["## Verdict: what OVQ holds at the end, and what it forgets", "", str(prose.get("setup", "")).strip(), ""]
+    if any(s.verdict for s in confirmatory):
+        parts += ["**Confirmatory rows** (declared in their study specs before their runs: one budget per stream "
+                  "family, 10 seeds of model and data, the primary endpoint; sections 13-14):", "",
+                  verdict_table(confirmatory, root, prefix="C"), "",
+                  "**Exploratory rows** (every other setting; 5 seeds; endpoint declared after the runs):", ""]
+    parts += [verdict_table(exploratory, root, prefix="E" if any(s.verdict for s in confirmatory) else ""), ""]
     if str(prose.get("findings", "")).strip():
         parts += [str(prose["findings"]).strip(), ""]
     return "\n".join(parts)

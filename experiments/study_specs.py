@@ -38,6 +38,8 @@ class StudySpec:
     family: Optional[str] = None                         # the stream family its verdict rows are adjusted in (Holm,
                                                          # per family and endpoint); None: its own family
     endpoint: str = "final_average"                      # the declared primary endpoint (before the runs)
+    confirmatory: bool = False                           # its verdict rows are confirmatory (declared before the
+                                                         # runs, 10 seeds); every other row is exploratory
     smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
     smoke_by_config: Dict[str, List[str]] = field(default_factory=dict)   # more, for the commands of one config file
     findings: str = ""
