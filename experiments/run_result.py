@@ -41,6 +41,9 @@ class RunResult:
     wall_seconds: float = math.nan
     artifact_uri: Optional[str] = None
     code_version: Optional[str] = None     # experiments.code_version of the code that ran it (None: not recorded)
+    # where and how it ran: git commit and whether the tree was dirty, torch/python versions, host, the
+    # torch threads (the order of float sums, hence the last bits of every number), world size, device
+    provenance: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_record(cls, cfg: RunConfig, d: Dict[str, Any], checkpoint: Optional[str] = None) -> "RunResult":
@@ -51,7 +54,7 @@ class RunResult:
                    stream_gate=d.get("stream_gate", {}), delay=d.get("delay", {}), parameters=d.get("parameters", 0),
                    state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
                    wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"),
-                   code_version=d.get("code_version"))
+                   code_version=d.get("code_version"), provenance=d.get("provenance", {}))
 
     @property
     def learned(self) -> Optional[bool]:
@@ -73,6 +76,7 @@ class RunResult:
             "state_bytes": self.state_bytes,
             "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,
             "wall_seconds": self.wall_seconds, "artifact_uri": self.artifact_uri, "code_version": self.code_version,
+            "provenance": self.provenance,
         }
 
 

@@ -656,7 +656,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         stream_gate=s_gate, delay=session.delay, parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
-        code_version=run.code_version,
+        code_version=run.code_version, provenance=provenance(run),
     )
     record = result.record()
     record["forgetting_curve"] = forgetting.forgetting_curve(results.R, session.tokens_after)
@@ -669,6 +669,17 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
 
     plt.close(fig)
     return result
+
+
+def provenance(run: ResolvedRun) -> Dict[str, Any]:
+    """Which code ran a run, where, and with how many threads (a record says it; two records of one
+    config that disagree can then be told apart: code, or thread count, or nondeterminism)."""
+    from experiments.tracking.runs import environment_tags
+
+    env = environment_tags()
+    return {"commit": env["git.commit"], "dirty": env["git.dirty"], "torch": env.get("version.torch"),
+            "python": env["version.python"], "host": env["host"], "threads": torch.get_num_threads(),
+            "world_size": run.world_size, "device": run.device}
 
 
 # ------------------------------------------------------------------------------------ checkpoints
