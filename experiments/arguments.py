@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     study_p.add_argument("--trial-gpus", type=float, default=0, help="as ovq-cl sweep --trial-gpus")
     report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
     report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
+    report_p.add_argument("--verify", action="store_true",
+                          help="first run one seed of every verdict configuration again and require its stored R "
+                               "bit for bit; RESULTS.md is written only if every one matches")
+    report_p.add_argument("--verify-only", default="", metavar="TEXT",
+                          help="with --verify: only configurations whose label contains TEXT")
+    report_p.add_argument("--verify-limit", type=int, default=None, metavar="N",
+                          help="with --verify: at most N configurations")
     sizes = sub.add_parser("state-sizes", parents=[plugin], help="print every mixer's state bytes per layer and lane against T")
     sizes.add_argument("--lengths", default=LENGTHS_DEFAULT, help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)

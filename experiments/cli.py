@@ -196,6 +196,17 @@ def _dispatch(args, parser) -> int:
     elif args.command == "report":
         from experiments.report import write_report
 
+        if args.verify:
+            from experiments.study_specs import all_studies
+            from experiments.verify import verify
+
+            checks = verify(all_studies(), only=args.verify_only, limit=args.verify_limit, announce=_say)
+            bad = [c for c in checks if not c.ok]
+            if bad or not checks:
+                print(f"ovq-cl: report --verify: {len(bad)} of {len(checks)} configurations do not reproduce their "
+                      "stored R bit for bit (listed above); RESULTS.md not written", file=sys.stderr)
+                return 1
+            _say(f"ovq-cl: report --verify: all {len(checks)} configurations reproduce their stored R bit for bit")
         print(write_report(args.out))
     elif args.command == "state-sizes":
         from experiments.state_sizes import parse_mixer_options, state_size_table

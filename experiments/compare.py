@@ -449,6 +449,7 @@ class VerdictRow:
     late_learning: Any = None           # PairedComparison of the mean R[j][j] over j >= 1, OVQ - other
     stopped: Tuple[str, str] = ("", "")  # runs that stopped learning (OVQ, other): stopped_summary
     run_ids: frozenset = frozenset()    # the run identities (config_id) behind this row, both sides
+    code_versions: frozenset = frozenset()   # the code versions of its records ("not recorded" for none)
     results: frozenset = frozenset()    # the result matrices behind it: runs repeated under settings that
                                         # change no number (e.g. the delay probe's size) are the same evidence
     # Holm-adjusted p within the row's family (stream family x endpoint), set by the report
@@ -533,6 +534,7 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
                                stopped=(stopped_summary([b for _, b in pairs]), stopped_summary([a for a, _ in pairs])),
                                run_ids=frozenset(r.config_id or r.label + str(r.replicate)
                                                  for a, b in pairs for r in (a, b)),
+                               code_versions=frozenset(r.code_version or NOT_RECORDED for a, b in pairs for r in (a, b)),
                                results=frozenset(repr((side, r.replicate, r.R)) for a, b in pairs
                                                  for side, r in (("other", a), ("ovq", b)) if r.R)))
     return rows
@@ -547,6 +549,7 @@ def _mean_parameters(runs: Sequence[RunRecord]) -> float:
 
 
 SIZING_KEYS = ("model.state_budget", "model.layers")
+NOT_RECORDED = "not recorded"           # the code version of a record written before records carried one
 
 
 def _describe(run: RunRecord, baseline: RunRecord) -> str:

@@ -377,7 +377,14 @@ def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[
             except ValueError as e:
                 entries.append(VerdictEntry(spec.verdict, family, where, note=f"no OVQ baseline here ({e})"))
                 continue
-            entries += [VerdictEntry(spec.verdict, family, where, r) for r in rows]
+            for r in rows:
+                mixed = sorted(r.code_versions - set(spec.comparable_code)) if len(r.code_versions) > 1 else []
+                if mixed:                # pairs made by different code, not declared comparable: refused
+                    entries.append(VerdictEntry(spec.verdict, family, where, note=(
+                        f"refused ({r.other}): its pairs were made by code versions {', '.join(sorted(r.code_versions))}, "
+                        "not declared comparable in the study spec (`comparable_code`, after `ovq-cl report --verify`)")))
+                else:
+                    entries.append(VerdictEntry(spec.verdict, family, where, r))
     seen: Dict[frozenset, int] = {}
     for n, e in enumerate(entries, 1):
         if e.row is None:

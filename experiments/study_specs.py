@@ -38,6 +38,9 @@ class StudySpec:
     family: Optional[str] = None                         # the stream family its verdict rows are adjusted in (Holm,
                                                          # per family and endpoint); None: its own family
     endpoint: str = "final_average"                      # the declared primary endpoint (before the runs)
+    comparable_code: List[str] = field(default_factory=list)   # code versions ("not recorded" for records
+                                                         # without one) whose runs may be paired: declared
+    comparable_because: str = ""                         # with the evidence (e.g. ovq-cl report --verify)
     confirmatory: bool = False                           # its verdict rows are confirmatory (declared before the
                                                          # runs, 10 seeds); every other row is exploratory
     smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)

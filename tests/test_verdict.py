@@ -121,3 +121,56 @@ def test_scipy_agrees_with_the_exact_wilcoxon_it_is_asked_for():
     a, b = [0.3, 0.5, 0.2, 0.9, 0.4, 0.8], [0.1, 0.2, 0.25, 0.3, 0.35, 0.15]
     c = paired_comparison(a, b)
     assert c.p_wilcoxon == pytest.approx(stats.wilcoxon(a, b, method="exact").pvalue)
+
+
+def test_pairs_made_by_other_code_are_refused_unless_declared_comparable(tmp_path, monkeypatch):
+    runs = [_ovq(s) for s in range(5)] + [_write_once(s) for s in range(5)]
+    for d in runs[5:]:
+        d["code_version"] = "code-new"
+    _spec_files(tmp_path, monkeypatch, {"a": (runs, "F")})
+    (entry,) = report.verdict_entries(study_specs.all_studies())
+    assert entry.row is None and "refused (frozenstate)" in entry.note and "code-new, not recorded" in entry.note
+    spec = tmp_path / "studies" / "a.yaml"
+    spec.write_text(spec.read_text() + "comparable_code: [code-new, not recorded]\n"
+                    "comparable_because: 'report --verify reproduced both'\n")
+    (entry,) = report.verdict_entries(study_specs.all_studies())
+    assert entry.row is not None and entry.row.code_versions == {"code-new", "not recorded"}
+
+
+@pytest.mark.slow
+def test_report_verify_reruns_one_seed_per_configuration_and_fails_on_an_altered_result(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from experiments.cli import main
+    from experiments.sweep import expand, run_sweep
+    from test_runner import TINY
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump({**TINY, "meta_train": {"steps": 4, "batch_size": 8},
+                                                       "stream": {**TINY["stream"], "options": {
+                                                           **TINY["stream"]["options"], "n_experiences": 2}}}))
+    command = ("ovq-cl sweep cfg.yaml checkpoint.enabled=false --grid 'model.layers=[ovq];[linear]' "
+               "--grid 'seed=0;1' --name toy --out results")
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    (studies / "toy.yaml").write_text(yaml.safe_dump({
+        "title": "Toy", "commands": [command], "results": ["results/toy.json"], "baseline": "ovq", "verdict": "toy"}))
+    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
+    monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    grid = {"model.layers": ["[ovq]", "[linear]"], "seed": ["0", "1"]}
+    configs = expand("cfg.yaml", ["checkpoint.enabled=false", f"tracking.tracking_uri=sqlite:///{tmp_path / 'm.db'}"], grid)
+    run_sweep(configs, "toy", grid=grid, out="results", announce=lambda m: None, show=lambda t: None)
+    out = tmp_path / "RESULTS.md"
+    assert main(["report", "--verify", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("same  Toy:") == 2 and "all 2 configurations reproduce" in err and out.exists()
+    # one stored number moved by one part in ten million: the check fails, and names the configuration
+    records = json.loads((tmp_path / "results" / "toy.json").read_text())
+    victim = next(d for d in records if d["seed"] == 0 and "linear" in d["label"])
+    victim["R"][0][0] += 1e-7
+    (tmp_path / "results" / "toy.json").write_text(json.dumps(records))
+    out.unlink()
+    assert main(["report", "--verify", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"DIFFERS  Toy: {victim['label']} (seed 0)" in err and "RESULTS.md not written" in err
+    assert not out.exists()
