@@ -65,6 +65,8 @@ class RunRecord:
     config_id: Optional[str] = None           # the run identity: config (seeds included) ...
     code_version: Optional[str] = None        # ... and the code that ran it
     finished_at: float = 0.0                  # when it ended (MLflow), or its place in a JSON list: the latest wins
+    shared_bytes: List[float] = field(default_factory=list)   # per layer: memory about the data shared by all lanes
+    learned_buffers: int = 0                  # numbers in buffers learned from data (VQ's codebook, its EMA stats)
     stream_chance: float = math.nan           # the stream gate's chance score and skill threshold, which the
     stream_threshold: float = math.nan        # per-experience learning gate applies to each R[j][j]
 
@@ -100,9 +102,55 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
         delay=dict(d.get("delay") or {}), config_id=d.get("config_id"), code_version=d.get("code_version"),
+        shared_bytes=list(d["shared_bytes_per_layer"]) if "shared_bytes_per_layer" in d else derived_memory(d["params"])[0],
+        learned_buffers=int(d["learned_buffers"]) if "learned_buffers" in d else derived_memory(d["params"])[1],
         stream_chance=_num((d.get("stream_gate") or {}).get("chance")),
         stream_threshold=_num((d.get("stream_gate") or {}).get("threshold")),
     )
+
+
+_DERIVED: Dict[str, Tuple[List[int], int]] = {}
+
+
+def derived_memory(params: Dict[str, Any]) -> Tuple[List[int], int]:
+    """For a record written before records carried them: per layer the shared memory bytes (VQ's
+    codebook) and the learned-buffer numbers, from the record's own params (model.layers, n_layers,
+    d_model, n_heads and each mixer's options), the mixers built shapes-only. ([], 0) when the params
+    do not say enough (the table then shows nothing rather than a guess)."""
+    import ast
+    import json
+
+    key = json.dumps({k: v for k, v in params.items() if k.startswith("model.")}, sort_keys=True)
+    if key in _DERIVED:
+        return _DERIVED[key]
+    out: Tuple[List[int], int] = ([], 0)
+    try:
+        import torch
+        import yaml
+
+        from ovq_cl.layers import MIXERS, build_mixer, mixer_options
+
+        pattern = ast.literal_eval(params["model.layers"])
+        n_layers, d_model, heads = int(params["model.n_layers"]), int(params["model.d_model"]), int(params["model.n_heads"])
+        shared, buffers = [], 0
+        for i in range(n_layers):
+            name = pattern[i % len(pattern)]
+            cls = MIXERS.get(name).cls
+            if not cls.shared_memory_buffers and not cls.learned_buffers:
+                shared.append(0)
+                continue
+            prefix = f"model.mixers.{name}."
+            options = {k[len(prefix):]: None if v == "None" else yaml.safe_load(v)
+                       for k, v in params.items() if k.startswith(prefix)}
+            with torch.device("meta"):
+                mixer = build_mixer(name, d_model, heads, mixer_options(name, options))
+            shared.append(int(mixer.shared_memory_nbytes()))
+            buffers += mixer.learned_buffer_numel()
+        out = (shared, buffers)
+    except (KeyError, ValueError, SyntaxError, TypeError):
+        pass
+    _DERIVED[key] = out
+    return out
 
 
 def experience_skills(r: RunRecord) -> List[float]:
@@ -300,6 +348,17 @@ def _bytes_cell(runs: Sequence[RunRecord]) -> str:
     return " / ".join(f"{b:,}" for b in distinct)
 
 
+def _shared_cell(runs: Sequence[RunRecord]) -> str:
+    """Shared memory about the data per layer (VQ's codebook), '-' when a configuration has none."""
+    distinct = sorted({int(b) for b in runs[0].shared_bytes if b})
+    return " / ".join(f"{b:,}" for b in distinct) or "-"
+
+
+def _parameters_cell(runs: Sequence[RunRecord]) -> str:
+    r = runs[0]
+    return f"{r.parameters:,}" + (f" + {r.learned_buffers:,} in learned buffers" if r.learned_buffers else "")
+
+
 def summary_table(records: Iterable[RunRecord]) -> str:
     """One row per configuration: gate, scores, both forgetting definitions and BWT (95% CIs over seeds),
     state bytes per layer and lane, parameters. A second table against the facts in force when any
@@ -307,7 +366,8 @@ def summary_table(records: Iterable[RunRecord]) -> str:
     records = list(records)
     groups = group_records(records)
     metric = ", ".join(sorted({r.metric for r in records})) or "?"
-    head = ["configuration", "metric", "n", "learned gate", *COLUMNS, "state bytes/layer/lane", "parameters"]
+    head = ["configuration", "metric", "n", "learned gate", *COLUMNS, "state bytes/layer/lane",
+            "shared memory bytes/layer", "parameters"]
     lines = [f"metric: {metric}; cells: mean ± std [95% CI] (n seeds); forgetting_max: Chaudhry et al. 2018, "
              "forgetting_learned: Avalanche's (R[i][i] - R[j][i])", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -315,7 +375,7 @@ def summary_table(records: Iterable[RunRecord]) -> str:
         runs = groups[key]
         cells = [key, ", ".join(sorted({r.metric for r in runs})), str(len(runs)), _gate_cell(runs)]
         cells += [_cell(runs, c, needs_learning=c in FORGETTING) for c in COLUMNS]
-        cells += [_bytes_cell(runs), f"{runs[0].parameters:,}"]
+        cells += [_bytes_cell(runs), _shared_cell(runs), _parameters_cell(runs)]
         lines.append("| " + " | ".join(cells) + " |")
     with_current = {k: v for k, v in groups.items() if any(r.summary_current for r in v)}
     if with_current:
@@ -442,6 +502,8 @@ class VerdictRow:
     current: bool                       # scored against the facts in force (streams whose facts change)
     state_bytes: Tuple[float, float]    # baseline, other (mean per layer and lane)
     parameters: Tuple[float, float]
+    shared_bytes: Tuple[float, float] = (0.0, 0.0)     # baseline, other: shared memory per layer (VQ's codebook)
+    learned_buffers: Tuple[int, int] = (0, 0)
     learned_by: Tuple[int, int] = (0, 0)   # replicates (of the shared ones) where OVQ, the other passed the gates
     # the primary endpoint: the final average score (against the facts in force where the stream has
     # them), OVQ - other, over every shared replicate (learned or not: what each memory holds at the end)
@@ -531,6 +593,8 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
                                learned_by=(sum(b.learned is not False for _, b in pairs),
                                            sum(a.learned is not False for a, _ in pairs)),
                                primary=primary, late_learning=late,
+                               shared_bytes=(_mean_shared(groups[base_key]), _mean_shared(groups[key])),
+                               learned_buffers=(groups[base_key][0].learned_buffers, groups[key][0].learned_buffers),
                                stopped=(stopped_summary([b for _, b in pairs]), stopped_summary([a for a, _ in pairs])),
                                run_ids=frozenset(r.config_id or r.label + str(r.replicate)
                                                  for a, b in pairs for r in (a, b)),
@@ -542,6 +606,10 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
 
 def _mean_bytes(runs: Sequence[RunRecord]) -> float:
     return statistics.fmean([statistics.fmean(r.state_bytes) for r in runs if r.state_bytes] or [math.nan])
+
+
+def _mean_shared(runs: Sequence[RunRecord]) -> float:
+    return statistics.fmean([statistics.fmean(r.shared_bytes) for r in runs if r.shared_bytes] or [0.0])
 
 
 def _mean_parameters(runs: Sequence[RunRecord]) -> float:

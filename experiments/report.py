@@ -407,6 +407,11 @@ def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[
     return entries
 
 
+def _plus(x: float, what: str) -> str:
+    """`` + 58K shared``; '' for nothing."""
+    return f" + {_kb(x)} {what}" if x and x == x else ""
+
+
 def _paired_cell(c, higher_is_better: bool = True, boot: bool = False) -> str:
     if c is None or c.n == 0:
         return "-"
@@ -431,7 +436,8 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None, prefix: st
     head = ["#", "stream (family)", "where", "against", "seeds (both learned)",
             "**final average, OVQ - other** [95% CI]", "p t / Holm", "p Wilcoxon", "**verdict**",
             "forgetting_max, other - OVQ [95% CI]", "p t / Holm", "forgetting", "late learning, OVQ - other",
-            "stopped learning, OVQ / other", "bytes OVQ / other", "params OVQ / other"]
+            "stopped learning, OVQ / other", "bytes per lane OVQ / other (+ shared by all lanes)",
+            "params OVQ / other (+ learned buffers)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for n, e in enumerate(verdict_entries(specs, root), 1):
         n = f"{prefix}{n}"
@@ -451,7 +457,9 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None, prefix: st
             f"{compare._p(p.p_wilcoxon)} | {r.primary_verdict} | {fcell} | "
             f"{compare._p(f.p_t) if r.n_pairs else '-'} / {compare._p(r.p_forgetting_adjusted)} | {r.verdict} | "
             f"{_paired_cell(r.late_learning, r.higher_is_better)} | {r.stopped[0]} / {r.stopped[1]} | "
-            f"{_kb(r.state_bytes[0])} / {_kb(r.state_bytes[1])} | {_kb(r.parameters[0])} / {_kb(r.parameters[1])} |")
+            f"{_kb(r.state_bytes[0])}{_plus(r.shared_bytes[0], 'shared')} / {_kb(r.state_bytes[1])}"
+            f"{_plus(r.shared_bytes[1], 'shared')} | {_kb(r.parameters[0])}{_plus(r.learned_buffers[0], 'buffers')} / "
+            f"{_kb(r.parameters[1])}{_plus(r.learned_buffers[1], 'buffers')} |")
     return "\n".join(lines)
 
 

@@ -44,6 +44,10 @@ class RunResult:
     # where and how it ran: git commit and whether the tree was dirty, torch/python versions, host, the
     # torch threads (the order of float sums, hence the last bits of every number), world size, device
     provenance: Dict[str, Any] = field(default_factory=dict)
+    # memory about the data outside the per-lane state, shared by all lanes (VQ's codebook), per layer;
+    # and the numbers in the buffers the layers learn from data (not torch parameters, counted beside)
+    shared_bytes_per_layer: List[int] = field(default_factory=list)
+    learned_buffers: int = 0
 
     @classmethod
     def from_record(cls, cfg: RunConfig, d: Dict[str, Any], checkpoint: Optional[str] = None) -> "RunResult":
@@ -54,7 +58,8 @@ class RunResult:
                    stream_gate=d.get("stream_gate", {}), delay=d.get("delay", {}), parameters=d.get("parameters", 0),
                    state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
                    wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"),
-                   code_version=d.get("code_version"), provenance=d.get("provenance", {}))
+                   code_version=d.get("code_version"), provenance=d.get("provenance", {}),
+                   shared_bytes_per_layer=d.get("shared_bytes_per_layer", []), learned_buffers=d.get("learned_buffers", 0))
 
     @property
     def learned(self) -> Optional[bool]:
@@ -76,7 +81,8 @@ class RunResult:
             "state_bytes": self.state_bytes,
             "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,
             "wall_seconds": self.wall_seconds, "artifact_uri": self.artifact_uri, "code_version": self.code_version,
-            "provenance": self.provenance,
+            "provenance": self.provenance, "shared_bytes_per_layer": self.shared_bytes_per_layer,
+            "learned_buffers": self.learned_buffers,
         }
 
 

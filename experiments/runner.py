@@ -60,7 +60,8 @@ from strategies.evaluation import forgetting
 from strategies.evaluation.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
 from strategies.evaluation.gate import measure_gate, stream_gate
 from strategies.evaluation.metrics import higher_is_better
-from strategies.evaluation.results import ResultMatrix, n_parameters, state_metrics
+from strategies.evaluation.results import (ResultMatrix, n_learned_buffers, n_parameters, shared_memory_bytes,
+                                           state_metrics)
 from strategies.plugins import load_plugin_states, plugin_states
 from strategies.registry import build_strategy
 from strategies.training import distributed
@@ -525,6 +526,8 @@ def gate_phase(run: ResolvedRun, session: Session, tracker) -> Gates:
                             context=info.metric_context)
     record = gate.as_dict()
     tracker.log_metrics({"model/parameters": n_parameters(session.model),
+                         "model/learned_buffers": n_learned_buffers(session.model),
+                         **{f"model/shared_bytes/layer{i}": b for i, b in enumerate(shared_memory_bytes(session.model))},
                          **{f"gate/{k}": float(v) for k, v in record.items() if v is not None and k != "learned"}},
                         step=0)
     tracker.set_tags({"learned": _gate_tag(gate.learned)})
@@ -657,6 +660,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
         code_version=run.code_version, provenance=provenance(run),
+        shared_bytes_per_layer=shared_memory_bytes(session.model), learned_buffers=n_learned_buffers(session.model),
     )
     record = result.record()
     record["forgetting_curve"] = forgetting.forgetting_curve(results.R, session.tokens_after)

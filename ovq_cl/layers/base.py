@@ -41,6 +41,13 @@ class Mixer(nn.Module):
     #: the option a state budget sizes (``model.state_budget``); None: the state is not sized (it grows
     #: with T, like full attention's KV cache, and is reported, not matched)
     budget_knob: ClassVar[Optional[str]] = None
+    #: buffers learned from data that the layer reads at every call, shared by all lanes: memory about
+    #: the data kept outside the per-lane state (VQ's key codebook). Counted apart from the state
+    #: (``shared_memory_nbytes``) and, with every learned buffer (``learned_buffers``), beside parameters
+    shared_memory_buffers: ClassVar[Tuple[str, ...]] = ()
+    #: every buffer the layer learns from data (the shared memory and what updates it, e.g. VQ's EMA
+    #: statistics): parameters in all but name, counted as such (``strategies.evaluation.results``)
+    learned_buffers: ClassVar[Tuple[str, ...]] = ()
     #: the auxiliary loss of the last forward (VQ's commitment loss), summed by ``DecoderLM.aux_loss``
     #: into the training loss; None: this mixer has none
     aux_loss: Optional[torch.Tensor] = None
@@ -105,6 +112,14 @@ class Mixer(nn.Module):
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         """Bytes of the state after ``seq_len`` tokens (analytic; equals ``state.nbytes``)."""
         raise NotImplementedError
+
+    def shared_memory_nbytes(self) -> int:
+        """Bytes of the shared memory about the data (``shared_memory_buffers``): 0 for most mixers."""
+        return sum(int(getattr(self, name).nbytes) for name in self.shared_memory_buffers)
+
+    def learned_buffer_numel(self) -> int:
+        """Numbers in the buffers the layer learns from data (``learned_buffers``)."""
+        return sum(int(getattr(self, name).numel()) for name in self.learned_buffers)
 
     def state_stats(self, state: Optional[MixerState]) -> Dict[str, float]:
         """Mixer-specific numbers about a state (e.g. OVQ's active slots); empty by default."""

@@ -54,6 +54,8 @@ class VQAttention(Mixer):
 
     budget_knob = "codebook_size"
     state_type = VQState
+    shared_memory_buffers = ("codebook",)                      # [H, S, Dk]: memory about the keys
+    learned_buffers = ("codebook", "ema_counts", "ema_sums")
 
     Options = VQAttentionOptions
 

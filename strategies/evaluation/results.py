@@ -128,8 +128,21 @@ class ResultMatrix(PluginMetric[float]):
 
 
 def n_parameters(model) -> int:
-    """Trainable and frozen parameters, each tensor counted once (tied weights once)."""
+    """Trainable and frozen parameters, each tensor counted once (tied weights once). Buffers the layers
+    learn from data (VQ's codebook and its EMA statistics) are not parameters to torch; they are counted
+    apart (:func:`n_learned_buffers`) and shown beside."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def n_learned_buffers(model) -> int:
+    """Numbers in the buffers every mixer learns from data (``Mixer.learned_buffers``)."""
+    return sum(m.learned_buffer_numel() for m in getattr(model, "mixers", []))
+
+
+def shared_memory_bytes(model) -> List[int]:
+    """Per layer: bytes of the memory about the data a layer shares by all lanes (``Mixer.shared_memory_nbytes``:
+    VQ's codebook), kept outside the per-lane state."""
+    return [int(m.shared_memory_nbytes()) for m in getattr(model, "mixers", [])]
 
 
 def state_metrics(model, states) -> Dict[str, float]:
