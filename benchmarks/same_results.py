@@ -19,31 +19,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
 
 
 def sample_configs(meta_steps: int, root: str):
-    """(study name, RunConfig) for the sample, deduplicated by config identity."""
-    from experiments.arguments import build_parser, parse_args
-    from experiments.study import is_seed_axis, smoke_command, smoke_repeats
+    """(study name, RunConfig) for the sample, deduplicated by config identity: every sweep command at
+    smoke sizes with its grid whole but for the seeds (the first only)."""
+    from experiments.study import expand_sweep, is_seed_axis, smoke_command, smoke_repeats, sweep_commands
     from experiments.study_specs import STUDIES_DIR, load_study
-    from experiments.sweep import expand, parse_grid
 
-    parser, seen, out = build_parser(), set(), []
+    seen, out = set(), []
     for name in sorted(f[:-5] for f in os.listdir(STUDIES_DIR) if f.endswith(".yaml")):
         spec = load_study(name)
         repeats = set(smoke_repeats(spec))
-        for i, command in enumerate(spec.commands):
-            argv = shlex.split(command)
-            if argv[:2] != ["ovq-cl", "sweep"] or i in repeats:
+        for i, argv in sweep_commands(spec):
+            if i in repeats:
                 continue
-            full = parse_args(parser, ["sweep", *argv[2:]])
-            small = parse_args(parser, smoke_command(argv[1:], spec, root) + [f"meta_train.steps={meta_steps}"])
-            grid = {k: (v[:1] if is_seed_axis(k) else v) for k, v in parse_grid(full.grid).items()}
-            for cfg in expand(small.config, small.overrides, grid, plugins=small.plugin):
+            small = smoke_command(argv, spec, root, cut=lambda key, values: values[:1] if is_seed_axis(key) else values)
+            for cfg in expand_sweep(small + [f"meta_train.steps={meta_steps}"]):
                 if cfg.identity() not in seen:
                     seen.add(cfg.identity())
                     out.append((name, cfg))

@@ -77,17 +77,16 @@ def _user_error(line: str) -> int:
     silently (a mistake only this rank meets is said after ``RANK_ERROR_WAIT_S``, with its rank). The
     line also goes to torchrun's error file, so the launcher's failure summary (which torchrun always
     prints when a rank fails) names it instead of a link to its docs."""
+    import time
+
     rank = int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
     if rank != 0:
-        import time
-
         signal.signal(signal.SIGTERM, signal.SIG_DFL)        # torchrun's stop ends the wait, silently
         time.sleep(RANK_ERROR_WAIT_S)
         line = f"[rank {rank}] {line}"
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:
         import json
-        import time
 
         try:
             with open(error_file, "w") as fh:
@@ -137,7 +136,7 @@ def _dispatch(args, parser) -> int:
         from strategies.training import distributed
 
         try:
-            result = run(cfg, rerun=args.rerun, announce=_silent if args.quiet else _say)
+            result = run(cfg, rerun=args.rerun, announce=silent if args.quiet else say)
         finally:
             distributed.stop()
         if distributed.launched() and os.environ.get("RANK", "0") != "0":
@@ -156,9 +155,9 @@ def _dispatch(args, parser) -> int:
         for cfg in configs:
             cfg.progress = shown_progress(cfg.progress, args.quiet)
         check_writable(args.out, "sweep --out")                 # before any run, not after all of them
-        (_silent if args.quiet else _say)(f"ovq-cl: sweep {args.name}: {len(configs)} runs")
+        (silent if args.quiet else say)(f"ovq-cl: sweep {args.name}: {len(configs)} runs")
         results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun,
-                                      announce=_silent if args.quiet else _say, backend=args.backend,
+                                      announce=silent if args.quiet else say, backend=args.backend,
                                       ray_address=args.ray_address, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus,
                                       quiet=args.quiet)
         for label, err in failures:
@@ -200,13 +199,13 @@ def _dispatch(args, parser) -> int:
             from experiments.study_specs import all_studies
             from experiments.verify import verify
 
-            checks = verify(all_studies(), only=args.verify_only, limit=args.verify_limit, announce=_say)
+            checks = verify(all_studies(), only=args.verify_only, limit=args.verify_limit, announce=say)
             bad = [c for c in checks if not c.ok]
             if bad or not checks:
                 print(f"ovq-cl: report --verify: {len(bad)} of {len(checks)} configurations do not reproduce their "
                       "stored R bit for bit (listed above); RESULTS.md not written", file=sys.stderr)
                 return 1
-            _say(f"ovq-cl: report --verify: all {len(checks)} configurations reproduce their stored R bit for bit")
+            say(f"ovq-cl: report --verify: all {len(checks)} configurations reproduce their stored R bit for bit")
         print(write_report(args.out))
     elif args.command == "state-sizes":
         from experiments.state_sizes import parse_mixer_options, state_size_table
@@ -247,14 +246,6 @@ def _under_torchrun() -> bool:
     from strategies.training import distributed
 
     return distributed.launched()
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _silent(message: str) -> None:
-    pass
 
 
 def _print_result(result) -> None:
@@ -299,6 +290,16 @@ def metric_span(span, curve) -> str:
     if span is not None:
         return f"below the level from {span} tokens"
     return f"above the level up to {curve.points[-1].delay} tokens" if curve.points else "not measured"
+
+
+def say(message: str) -> None:
+    """A message on stderr, flushed (stdout is for tables and results; a Ray trial's stderr reaches the
+    driver's)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def silent(message: str) -> None:
+    """No message (``--quiet``)."""
 
 
 if __name__ == "__main__":

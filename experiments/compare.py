@@ -28,7 +28,8 @@ from strategies.evaluation import forgetting
 SCORES = ("final_average", "learning_average")
 FORGETTING = ("forgetting_max", "forgetting_learned", "bwt")
 COLUMNS = SCORES + FORGETTING
-CURRENT_COLUMNS = ("final_average", "forgetting_max", "forgetting_learned", "updated_fraction", "stale_fraction")
+CURRENT_COLUMNS = ("final_average", "forgetting_max", "forgetting_learned", "updated_fraction", "stale_fraction",
+                   "retained_fraction")
 IGNORED_PREFIXES = ("tracking.", "checkpoint.", "output_dir", "progress")
 # settings that change no measured number, only how the stored gates are combined (which a report
 # recomputes with the current rule, :func:`learned_from_gates`): runs differing only here are one config

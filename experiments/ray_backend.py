@@ -42,20 +42,12 @@ def _trial(cfg, parent_run_id: Optional[str], rerun: bool, cwd: str, threads: in
     from ovq_cl.base import load_plugins
 
     load_plugins(cfg.plugins)                    # a user's mixers, streams, ... registered in this worker too
+    from experiments.cli import say, silent
     from experiments.runner import run
 
     cfg.progress = False
     return run(cfg, parent_run_id=parent_run_id, rerun=rerun,
-               announce=_to_stderr if messages else _silent)
-
-
-def _to_stderr(message: str) -> None:
-    """A trial's messages on its stderr, which Ray forwards to the driver's stderr (stdout: results)."""
-    print(message, file=sys.stderr, flush=True)
-
-
-def _silent(message: str) -> None:
-    pass
+               announce=say if messages else silent)
 
 
 def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, announce: Callable[[str], None] = print,

@@ -284,6 +284,83 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
     plt.close(fig)
 
 
+def frontier_points(records: List[compare.RunRecord]) -> Dict[str, List[tuple]]:
+    """The points of a stability-plasticity frontier: {mixer: [(setting, runs)]}, one point per
+    configuration. A mixer is ``model.layers``; its setting is what differs among that mixer's
+    configurations (its knob), "default" when it has one configuration."""
+    groups = compare.group_records(records)
+    mixer_of = {k: "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or k for k, runs in groups.items()}
+    out: Dict[str, List[tuple]] = {}
+    for key, runs in sorted(groups.items()):
+        shared = set.intersection(*(set(k.split(", ")) for k in groups if mixer_of[k] == mixer_of[key]))
+        setting = ", ".join(p.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + p.split("=", 1)[1]
+                            for p in key.split(", ") if p not in shared) or "default"
+        out.setdefault(mixer_of[key], []).append((setting, runs))
+    return out
+
+
+def _final_current(runs: List[compare.RunRecord], name: str):
+    """Mean and 95% interval over seeds of a final-row score against the facts in force. Every run
+    counts, learned or not: a memory that stops learning must show as one (it updates nothing)."""
+    from experiments.intervals import mean_interval
+
+    return mean_interval([r.summary_current.get(name, float("nan")) for r in runs])
+
+
+def plot_frontier(records: List[compare.RunRecord], path: str, title: str) -> None:
+    """Each mixer's frontier on a stream whose facts change: retention of the facts that did not change
+    (x, ``retained_fraction``) against the share of changed facts answered with the new value (y,
+    ``updated_fraction``), one point per setting of the mixer's knob with 95% intervals over seeds, the
+    settings of one mixer joined by a line. Up and to the right is better on both axes; a mixer that
+    keeps old facts only by not taking new ones sits low."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    for c, (mixer, settings) in enumerate(sorted(frontier_points(records).items())):
+        pts = [(s, _final_current(runs, "retained_fraction"), _final_current(runs, "updated_fraction")) for s, runs in settings]
+        pts = sorted((p for p in pts if p[1].n and p[2].n), key=lambda p: p[1].mean)
+        if not pts:
+            continue
+        xs, ys = [p[1].mean for p in pts], [p[2].mean for p in pts]
+        err_x = [[p[1].mean - p[1].low if p[1].n > 1 else 0 for p in pts], [p[1].high - p[1].mean if p[1].n > 1 else 0 for p in pts]]
+        err_y = [[p[2].mean - p[2].low if p[2].n > 1 else 0 for p in pts], [p[2].high - p[2].mean if p[2].n > 1 else 0 for p in pts]]
+        ax.errorbar(xs, ys, xerr=err_x, yerr=err_y, marker="os^D"[c // 10 % 4], capsize=3, color=f"C{c % 10}", label=mixer)
+        for (setting, _, _), x, y in zip(pts, xs, ys):
+            if len(pts) > 1:
+                ax.annotate(setting, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("retained: old facts that did not change, answered correctly (final row)")
+    ax.set_ylabel("updated: changed facts answered with the new value (final row)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=8)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
+    plt.close(fig)
+
+
+def frontier_table(records: List[compare.RunRecord]) -> str:
+    """The frontier's numbers: per mixer and setting, retained and updated (95% CI over seeds), the
+    final average against the facts in force (the primary endpoint), how many runs learned, state bytes."""
+    lines = ["| mixer | setting | n (learned) | retained (unchanged old facts) | updated (changed facts) | "
+             "final average (facts in force) | state bytes |", "|---|---|---|---|---|---|---|"]
+    for mixer, settings in sorted(frontier_points(records).items()):
+        for setting, runs in settings:
+            cells = [_iv(_final_current(runs, m)) for m in ("retained_fraction", "updated_fraction", "final_average")]
+            sizes = [statistics.fmean(r.state_bytes) for r in runs if r.state_bytes]
+            learned = sum(r.learned is not False for r in runs)
+            size = f"{statistics.fmean(sizes):,.0f}" if sizes else "?"
+            lines.append(f"| {mixer} | {setting} | {len(runs)} ({learned}) | " + " | ".join(cells) + f" | {size} |")
+    return "\n".join(lines)
+
+
+def _iv(iv) -> str:
+    if not iv.n:
+        return "n/a"
+    return f"{iv.mean:.3f}" + (f" [{iv.low:.3f}, {iv.high:.3f}]" if iv.n > 1 else "")
+
+
 def section(spec: StudySpec, root: Optional[str] = None) -> str:
     raw = _raw(spec, root)
     records = [compare.record_from_json(d) for d in raw]
@@ -317,6 +394,11 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     if spec.plane:
         plot_plane(records, os.path.join(root or PROJECT_DIR, spec.plane), spec.title, spec.partition, spec.partition_default)
         parts += [f"![learning score against forgetting (stability-plasticity plane)]({spec.plane})", ""]
+    if spec.frontier:
+        plot_frontier(records, os.path.join(root or PROJECT_DIR, spec.frontier), spec.title)
+        parts += ["Each mixer's frontier (its own knob; retained and updated from the final row, 95% intervals "
+                  "over seeds, every run counted, learned or not):", "", frontier_table(records), "",
+                  f"![retention of unchanged facts against updating of changed ones]({spec.frontier})", ""]
     for baseline in ([spec.baseline] if spec.baseline else []) + list(spec.more_baselines):
         for value, subset in _partitions(records, spec.partition, spec.partition_default):
             where = "" if value is None else f", {spec.partition} = {value}"

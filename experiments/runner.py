@@ -278,7 +278,6 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     with _rng_kept():                     # after seeding: what the run draws must not depend on after_meta
         stream_model = cfg.stream_model()
     check_models_build(cfg, stream_model, bench.info)
-    check_after_meta(cfg, stream_model, bench.info)
     if dp is not None:
         check_data_parallel_models(cfg, stream_model, bench.info)
     plugins = plugin_source_hash(cfg.plugins)          # a user's code changes results as ours does
@@ -327,27 +326,21 @@ def check_lanes(cfg: RunConfig, bench) -> None:
 
 
 def check_models_build(cfg: RunConfig, stream_model: ModelConfig, info) -> None:
-    """The meta-training model and the stream's build, shapes only: every check a mixer makes on its
-    options (``d_model`` against ``n_heads``, a user mixer's own) refuses here, before a run or a folder
-    exists (one line, prefixed by the model it concerns)."""
+    """The meta-training model and the stream's build, shapes only (each once): every check a mixer makes
+    on its options (``d_model`` against ``n_heads``, a user mixer's own) refuses here, before a run or a
+    folder exists (one line, prefixed by the model it concerns). ``after_meta.model`` may change how the
+    memory evolves, not the weights: the stream's model must have every parameter of the meta-trained
+    one, same names, same shapes."""
+    shapes = {}
     for what, model in (("model", cfg.model), ("after_meta.model", stream_model)):
         try:
             with _shapes_only():
-                build_model(model, info)
+                shapes[what] = {k: tuple(v.shape) for k, v in build_model(model, info).state_dict().items()}
         except (ValueError, TypeError) as err:
             raise ValueError(f"{what}: {err}") from err
         if stream_model == cfg.model:
-            break
-
-
-def check_after_meta(cfg: RunConfig, stream_model: ModelConfig, info) -> None:
-    """``after_meta.model`` may change how the memory evolves, not the weights: the stream's model must
-    have every parameter of the meta-trained one, same names, same shapes (one line, before any compute)."""
-    if not cfg.after_meta.model:
-        return
-    with _shapes_only():
-        before = {k: tuple(v.shape) for k, v in build_model(cfg.model, info).state_dict().items()}
-        after = {k: tuple(v.shape) for k, v in build_model(stream_model, info).state_dict().items()}
+            return
+    before, after = shapes["model"], shapes["after_meta.model"]
     for key in sorted(set(before) | set(after)):
         if before.get(key) != after.get(key):
             raise ValueError(f"run config: after_meta.model changes the weights ({key}: {before.get(key)} after "
@@ -635,7 +628,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
     summary = forgetting.summary(results.R, higher)
     current, summary_current = None, {}
     if results.labels_in_force is not None:
-        current = {m: getattr(results, m) for m in ("R_current", "R_current_se", "updated", "stale", "changed")}
+        current = {m: getattr(results, m) for m in ("R_current", "R_current_se", "updated", "stale", "changed", "kept", "unchanged")}
         summary_current = forgetting.summary(results.R_current, higher)
         last = results.changed_fractions(len(results.R) - 1)
         summary_current.update({k: v for k, v in last.items() if k != "changed_answers"})
@@ -659,7 +652,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         stream_gate=s_gate, delay=session.delay, parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
-        code_version=run.code_version, provenance=provenance(run),
+        code_version=run.code_version, provenance=provenance(run, tracker),
         shared_bytes_per_layer=shared_memory_bytes(session.model), learned_buffers=n_learned_buffers(session.model),
     )
     record = result.record()
@@ -675,13 +668,19 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
     return result
 
 
-def provenance(run: ResolvedRun) -> Dict[str, Any]:
+def provenance(run: ResolvedRun, tracker) -> Dict[str, Any]:
     """Which code ran a run, where, and with how many threads (a record says it; two records of one
-    config that disagree can then be told apart: code, or thread count, or nondeterminism)."""
-    from experiments.tracking.runs import environment_tags
+    config that disagree can then be told apart: code, or thread count, or nondeterminism). The
+    environment is the one the tracker tagged the run with (read once); ``dirty``: whether the code that
+    counts for results (:data:`experiments.code_version.CODE_PATHS`) differed from the commit, not
+    whether any file of the checkout did (a result file being written does not make the code dirty)."""
+    env = getattr(tracker, "environment", None)
+    if env is None:                                  # tracking off: no tags were read
+        from experiments.tracking.runs import environment_tags
 
-    env = environment_tags()
-    return {"commit": env["git.commit"], "dirty": env["git.dirty"], "torch": env.get("version.torch"),
+        env = environment_tags()
+    dirty = "+dirty." in run.code_version.split("+plugins.")[0]
+    return {"commit": env["git.commit"], "dirty": dirty, "torch": env.get("version.torch"),
             "python": env["version.python"], "host": env["host"], "threads": torch.get_num_threads(),
             "world_size": run.world_size, "device": run.device}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from experiments.report import write_report
 from experiments.study_specs import StudySpec, load_study
@@ -19,8 +19,10 @@ SMOKE_OVERRIDES = ("meta_train.steps=2", "meta_train.batch_size=4", "gate.episod
                    "gate.delay_episodes=2", "progress=false")
 
 
-def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
-    """A study command made tiny for ``--smoke``: every ``--grid`` axis cut to its first value, the
+def smoke_command(argv: List[str], spec: StudySpec, root: str,
+                  cut: Callable[[str, list], list] = lambda key, values: values[:1]) -> List[str]:
+    """A study command made tiny for ``--smoke``: every ``--grid`` axis cut to its first value (``cut``:
+    another choice, e.g. only the seed axes), the
     spec's ``smoke`` overrides (and its ``smoke_by_config`` ones for the command's config file) and
     :data:`SMOKE_OVERRIDES` added, its JSON, runs, checkpoints and MLflow
     store under ``root``. It checks that the command parses, every config validates and runs, and the
@@ -32,7 +34,7 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
         a = argv[i]
         if a == "--grid":
             ((key, values),) = parse_grid([argv[i + 1]]).items()
-            out += ["--grid", f"{key}={values[0]}"]
+            out += ["--grid", f"{key}={';'.join(cut(key, values))}"]
             i += 2
         elif a == "--out":
             out += ["--out", os.path.join(root, "results")]
@@ -44,6 +46,27 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str) -> List[str]:
     extra = [*SMOKE_OVERRIDES, *spec.smoke, *spec.smoke_by_config.get(config, []), f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
              f"checkpoint.dir={os.path.join(root, 'checkpoints')}", f"output_dir={root}"]
     return out + extra + ["--quiet"]
+
+
+def sweep_commands(spec: StudySpec) -> List[Tuple[int, List[str]]]:
+    """(index, argv) of each ``ovq-cl sweep`` command of the study, argv without the ``ovq-cl`` (so that
+    it starts with ``sweep``, as the CLI's parser reads it); other commands (searches) are skipped."""
+    out = []
+    for i, command in enumerate(spec.commands):
+        argv = shlex.split(command)
+        if argv[:2] == ["ovq-cl", "sweep"]:
+            out.append((i, argv[1:]))
+    return out
+
+
+def expand_sweep(argv: List[str]) -> list:
+    """The RunConfigs a sweep command (argv from :func:`sweep_commands` or :func:`smoke_command`)
+    makes, each validated, read by the CLI's own parser."""
+    from experiments.arguments import build_parser, parse_args
+    from experiments.sweep import expand, parse_grid
+
+    args = parse_args(build_parser(), argv)
+    return expand(args.config, args.overrides, parse_grid(args.grid), plugins=args.plugin)
 
 
 def is_seed_axis(key: str) -> bool:
@@ -82,11 +105,8 @@ def smoke_repeats(spec: StudySpec) -> List[int]:
     from experiments.sweep import parse_grid
 
     seen, repeats = set(), []
-    for i, command in enumerate(spec.commands):
-        argv = shlex.split(command)
-        if argv[:2] != ["ovq-cl", "sweep"]:
-            continue
-        shape, j = [], 2
+    for i, argv in sweep_commands(spec):
+        shape, j = [], 1
         while j < len(argv):
             if argv[j] in ("--name", "--out"):
                 j += 2

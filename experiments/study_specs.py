@@ -33,6 +33,8 @@ class StudySpec:
     partition_default: Optional[str] = None              # the partition of runs without that param (None: every one)
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
+    frontier: Optional[str] = None                       # a plot of retained against updated facts, one line per
+                                                         # mixer over its knob's settings (streams whose facts change)
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
     verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
     family: Optional[str] = None                         # the stream family its verdict rows are adjusted in (Holm,

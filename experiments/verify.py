@@ -11,7 +11,6 @@ is reported as such and fails the check too: nothing unverifiable is called veri
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -39,17 +38,9 @@ class Verification:
 
 def _expanded(spec: StudySpec) -> list:
     """Every config the spec's sweep commands make, at full size."""
-    from experiments.arguments import build_parser, parse_args
-    from experiments.sweep import expand, parse_grid
+    from experiments.study import expand_sweep, sweep_commands
 
-    parser, out = build_parser(), []
-    for command in spec.commands:
-        argv = shlex.split(command)
-        if argv[:2] != ["ovq-cl", "sweep"]:
-            continue
-        args = parse_args(parser, argv[1:])
-        out += expand(args.config, args.overrides, parse_grid(args.grid), plugins=args.plugin)
-    return out
+    return [cfg for _, argv in sweep_commands(spec) for cfg in expand_sweep(argv)]
 
 
 #: parameters a run fills in itself when it resolves its config (the vocabulary comes from the stream,

@@ -130,6 +130,37 @@ def test_scoring_against_the_facts_in_force_ranks_the_two_oracles_correctly():
     cells = [(j, i) for j in range(3) for i in range(j + 1) if tracker.changed[j][i]]
     assert cells and all(tracker.updated[j][i] == 1.0 and tracker.stale[j][i] == 0.0 for j, i in cells)
     assert all(stale.updated[j][i] == 0.0 and stale.stale[j][i] == 1.0 for j, i in cells)
+    # the frontier's two axes: the tracker keeps every fact that did not change and updates every one
+    # that did; the never-updating memory updates none, keeps experience 0's facts, and misses the
+    # later experiences' rebindings (its first value answers them), which count as not retained
+    final = tracker.changed_fractions(2)
+    assert final["retained_fraction"] == 1.0 and final["updated_fraction"] == 1.0
+    assert all(tracker.kept[j][i] == 1.0 and tracker.unchanged[j][i] > 0 for j in range(3) for i in range(j + 1))
+    final = stale.changed_fractions(2)
+    assert final["updated_fraction"] == 0.0 and all(stale.kept[j][0] == 1.0 for j in range(3))
+    assert stale.kept[2][1] < 1.0 and final["retained_fraction"] < 1.0
+
+
+def test_retention_of_unchanged_facts_counts_what_a_write_once_memory_never_learned():
+    """A memory that stops writing after experience 0 keeps experience 0's facts but never held the later
+    ones: its retained share is what it holds of the earlier experiences' unchanged facts, by hand."""
+    bench = icr_benchmark(REBINDING)
+    info = bench.info
+    matrix = ResultMatrix("accuracy", 3, labels_in_force=info.labels_in_force)
+    model = TableOracle(info.vocab_size, info.config.n_keys, "first")
+    strategy = FrozenWeights(model=model, train_mb_size=1, plugins=[PersistentMemoryPlugin("persist")],
+                             evaluator=EvaluationPlugin(matrix, loggers=[]))
+    for j, exp in enumerate(bench.train_stream):
+        if j == 0:
+            strategy.train(exp)
+        else:                                    # the stream goes on, the memory takes nothing new
+            matrix.trained = j + 1
+        strategy.eval(bench.test_stream)
+    final = matrix.changed_fractions(2)
+    assert matrix.kept[2][0] == 1.0 and matrix.kept[2][1] < 0.2       # exp 1's facts were never written
+    by_hand = (matrix.kept[2][0] * matrix.unchanged[2][0] + matrix.kept[2][1] * matrix.unchanged[2][1]) / (
+        matrix.unchanged[2][0] + matrix.unchanged[2][1])
+    assert final["retained_fraction"] == pytest.approx(by_hand) and final["retained_fraction"] < 0.7
 
 
 # ------------------------------------------------------------------------------------- the gate

@@ -282,3 +282,31 @@ def test_runs_logged_before_and_after_a_key_existed_are_one_config():
     rule["params"]["after_meta.model.mixers.ovq.count_decay"] = "0.99"          # as flatten_config writes it
     assert record_from_json(new).params == record_from_json(old).params
     assert record_from_json(rule).params["after_meta.model.mixers.ovq.count_decay"] == "0.99"
+
+
+def test_a_frontier_joins_each_mixers_settings_and_shows_a_memory_that_stops_updating(tmp_path):
+    """One line per mixer over its knob's settings; retained and updated are the seeds' means with their
+    interval; a run that did not learn still counts (a memory that stops taking new facts sits low)."""
+    from experiments import compare
+
+    runs = []
+    for s in range(3):
+        for decay, kept, updated in (("1.0", 0.95, 0.10), ("0.9", 0.70, 0.60)):
+            d = _run("ovq", s, [[1.0, 0.0], [0.9, 0.9]])
+            d["params"]["model.mixers.ovq.count_decay"] = decay
+            d["summary_current"] = {"retained_fraction": kept + 0.01 * s, "updated_fraction": updated,
+                                    "final_average": 0.8}
+            runs.append(d)
+        d = _run("delta", s, [[1.0, 0.0], [0.5, 0.9]], learned=(s != 2))
+        d["summary_current"] = {"retained_fraction": 0.4, "updated_fraction": 0.9, "final_average": 0.6}
+        runs.append(d)
+    records = [compare.record_from_json(d) for d in runs]
+    points = report.frontier_points(records)
+    assert sorted(points) == ["delta", "ovq"]
+    assert sorted(setting for setting, _ in points["ovq"]) == ["count_decay=0.9", "count_decay=1.0"]
+    assert [setting for setting, _ in points["delta"]] == ["default"] and len(points["delta"][0][1]) == 3
+    table = report.frontier_table(records)
+    assert "| ovq | count_decay=1.0 | 3 (3) | 0.960 [" in table and "| 0.100 |" not in table
+    assert "| delta | default | 3 (2) | 0.400 |" not in table and "| delta | default | 3 (2) | 0.400 [" in table
+    report.plot_frontier(records, str(tmp_path / "f.png"), "toy")
+    assert (tmp_path / "f.png").stat().st_size > 1000

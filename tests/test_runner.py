@@ -216,10 +216,11 @@ def test_a_rebinding_stream_is_also_scored_against_the_facts_in_force(in_tmp):
     root, uri = in_tmp
     options = {**TINY["stream"]["options"], "rebind_fraction": 0.25, "test_rebound_keys": True, "test_queries": 6}
     result = run(cfg_for(root, "rebind", stream={"name": "icr", "options": options}))
-    assert result.current is not None and set(result.current) == {"R_current", "R_current_se", "updated", "stale", "changed"}
+    assert result.current is not None and set(result.current) == {"R_current", "R_current_se", "updated", "stale", "changed",
+                                                                 "kept", "unchanged"}
     assert all(result.current["R_current"][j][i] is not None for j in range(3) for i in range(3))
     assert sum(result.current["changed"][2][i] for i in range(2)) > 0          # rebound facts were tested
-    assert {"forgetting_max", "updated_fraction", "stale_fraction"} <= set(result.summary_current)
+    assert {"forgetting_max", "updated_fraction", "stale_fraction", "retained_fraction"} <= set(result.summary_current)
     names = {m for m in MlflowClient(uri).get_run(result.run_id).data.metrics}
     assert {"R_current/eval_0", "final_current/forgetting_max", "current/updated_fraction"} <= names
 

@@ -17,6 +17,7 @@ class NullTracker:
 
     run_id = None
     tracking_uri = None
+    environment = None              # no tags read (the run's provenance reads its own)
 
     def __enter__(self):
         return self

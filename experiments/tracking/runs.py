@@ -156,7 +156,8 @@ class RunTracker:
         if self._active:
             raise RuntimeError(f"run {self._run_id} is already active")
         self.experiment_id = self._experiment_id()
-        tags = {**environment_tags(), "kind": self.kind, **self.tags}
+        self.environment = environment_tags()           # read once; the run's record repeats it (provenance)
+        tags = {**self.environment, "kind": self.kind, **self.tags}
         if self.parent_run_id and self._run_id is None:
             # only a run this parent starts is its child: a reopened run keeps the parent it had
             tags["mlflow.parentRunId"] = self.parent_run_id

@@ -67,36 +67,14 @@ class PlainProgress:
               file=self.stream or sys.stderr, flush=True)
 
 
-class _Off:
-    """No progress at all: iteration passes through, the methods do nothing."""
-
-    def __init__(self, iterable: Optional[Iterable] = None) -> None:
-        self.iterable = iterable
-
-    def __iter__(self):
-        return iter(self.iterable)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def progress(iterable: Optional[Iterable] = None, *, total: Optional[int] = None, desc: str = "", show: bool = True,
              unit: str = "steps", initial: int = 0):
     """A bar on a terminal, plain lines in a log, nothing when ``show`` is false. Iterate it, or call
     ``update()`` and ``close()`` as with tqdm."""
-    if not show:
-        return _Off(iterable)
-    if on_terminal():
-        from tqdm import tqdm
+    from tqdm import tqdm
 
+    if not show:                                  # tqdm's own pass-through: iteration as is, methods no-ops
+        return tqdm(iterable, total=total, disable=True)
+    if on_terminal():
         return tqdm(iterable, total=total, desc=desc, initial=initial, leave=False)
     return PlainProgress(iterable, total=total, desc=desc, unit=unit, initial=initial)

@@ -28,7 +28,10 @@ class ResultMatrix(PluginMetric[float]):
       ``R_current[j][i]``, the same answers scored against the labels in force after experience j
       (``labels_in_force(i, j, x, y) -> y_now``, same shape as y), its s.e., and among the answers
       whose label changed since experience i was made (``changed[j][i]`` of them) the fraction
-      predicted with the new value (``updated``) and with the value of experience i (``stale``).
+      predicted with the new value (``updated``) and with the value of experience i (``stale``), and
+      among the answers whose label did not change (``unchanged[j][i]`` of them) the fraction correct
+      (``kept``): for i < j, how much of what did not change the memory still holds (retention apart
+      from updating, the two axes of a stability-plasticity frontier).
 
     An evaluation of any other stream (e.g. the train stream) or before any training fills nothing.
     """
@@ -41,21 +44,24 @@ class ResultMatrix(PluginMetric[float]):
         self.score = SequenceScore(kind, context)
         self.current = SequenceScore(kind, context)
         self._changed = [0, 0, 0]                      # answers whose label changed, of them updated, stale
+        self._unchanged = [0, 0]                       # answers whose label did not change, of them correct
         self.R = self._empty()
         self.R_se, self.R_n = self._empty(), self._empty()
         self.R_current, self.R_current_se = self._empty(), self._empty()
         self.updated, self.stale, self.changed = self._empty(), self._empty(), self._empty()
+        self.kept, self.unchanged = self._empty(), self._empty()
         self.trained: int = 0
 
     def _empty(self) -> List[List[Optional[float]]]:
         return [[None] * self.n for _ in range(self.n)]
 
-    MATRICES = ("R", "R_se", "R_n", "R_current", "R_current_se", "updated", "stale", "changed")
+    MATRICES = ("R", "R_se", "R_n", "R_current", "R_current_se", "updated", "stale", "changed", "kept", "unchanged")
 
     def reset(self) -> None:
         self.score.reset()
         self.current.reset()
         self._changed = [0, 0, 0]
+        self._unchanged = [0, 0]
 
     def result(self) -> float:
         return self.score.result()
@@ -79,6 +85,9 @@ class ResultMatrix(PluginMetric[float]):
             self._changed[0] += int(changed.sum())
             self._changed[1] += int((changed & (pred == y_now)).sum())
             self._changed[2] += int((changed & (pred == y_cpu)).sum())
+            same = scored_mask(y_cpu) & (y_now == y_cpu)
+            self._unchanged[0] += int(same.sum())
+            self._unchanged[1] += int((same & (pred == y_cpu)).sum())
 
     def after_training_exp(self, strategy) -> None:
         self.trained = strategy.experience.current_experience + 1
@@ -101,18 +110,27 @@ class ResultMatrix(PluginMetric[float]):
                 self.changed[j][i] = n
                 self.updated[j][i] = up / n if n else None
                 self.stale[j][i] = st / n if n else None
+                n, ok = self._unchanged
+                self.unchanged[j][i] = n
+                self.kept[j][i] = ok / n if n else None
         name = get_metric_name(f"{self.kind}_Exp", strategy, add_experience=True)
         return [MetricValue(self, name, value, strategy.clock.train_iterations)]
 
     def changed_fractions(self, j: int) -> Dict[str, float]:
         """Over the cells of row j, the answers whose fact changed since they were learned, and the share
-        of them the model gave with the new value (updated) or the old one (stale); {} if none."""
+        of them the model gave with the new value (updated) or the old one (stale); with them, over the
+        earlier experiences' cells (i < j), the share of the answers whose fact did not change that are
+        still correct (retained); {} if no fact changed."""
         n = sum(self.changed[j][i] or 0 for i in range(j + 1))
         if not n:
             return {}
         up = sum((self.updated[j][i] or 0) * (self.changed[j][i] or 0) for i in range(j + 1))
         st = sum((self.stale[j][i] or 0) * (self.changed[j][i] or 0) for i in range(j + 1))
-        return {"changed_answers": n, "updated_fraction": up / n, "stale_fraction": st / n}
+        out = {"changed_answers": n, "updated_fraction": up / n, "stale_fraction": st / n}
+        same = sum(self.unchanged[j][i] or 0 for i in range(j))
+        if same:
+            out["retained_fraction"] = sum((self.kept[j][i] or 0) * (self.unchanged[j][i] or 0) for i in range(j)) / same
+        return out
 
     def state_dict(self) -> Dict:
         return {**{m: getattr(self, m) for m in self.MATRICES}, "trained": self.trained}
