@@ -71,6 +71,9 @@ def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, annou
         sigterm = signal.getsignal(signal.SIGTERM)
         if not sys.stderr.isatty():
             os.environ.setdefault("RAY_COLOR_PREFIX", "0")     # no colour codes in a log file
+        # every trial's decisions in full: Ray folds lines that differ only in numbers (two seeds' "run
+        # ...-s0" / "-s1" lines) into one "[repeated 2x across cluster]", in colour even in a log
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
         ray.init(address=address, include_dashboard=False, logging_level="ERROR" if quiet else "WARNING",
                  log_to_driver=not quiet,
                  runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("OVQ_CL_", "PYTHONPATH"))}})
