@@ -37,7 +37,7 @@ REPORTING_KEYS = ("gate.delay",)
 # params that newer code logs with a value meaning "absent" (runs logged before the key existed lack
 # it): such a value is dropped, so that old and new runs of one config stay one config (as in
 # RunConfig.identity, which drops an empty after_meta)
-ABSENT_VALUES = {"after_meta.model": "{}"}
+ABSENT_VALUES = {"after_meta.model": "{}", "gate.interference": "[]"}
 
 
 def _params(p: Dict[str, Any]) -> Dict[str, Any]:
@@ -63,6 +63,7 @@ class RunRecord:
     R: Optional[List[List[Optional[float]]]] = None
     tokens_after: Optional[List[int]] = None
     delay: Dict[str, Any] = field(default_factory=dict)   # the delay-recall curve and gate (runner's ``delay``)
+    interference: Dict[str, Any] = field(default_factory=dict)   # the interference curves (runner's ``interference``)
     config_id: Optional[str] = None           # the run identity: config (seeds included) ...
     code_version: Optional[str] = None        # ... and the code that ran it
     finished_at: float = 0.0                  # when it ended (MLflow), or its place in a JSON list: the latest wins
@@ -102,7 +103,8 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         gate_skill=_num((d.get("gate") or {}).get("skill")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
-        delay=dict(d.get("delay") or {}), config_id=d.get("config_id"), code_version=d.get("code_version"),
+        delay=dict(d.get("delay") or {}), interference=dict(d.get("interference") or {}),
+        config_id=d.get("config_id"), code_version=d.get("code_version"),
         shared_bytes=list(d["shared_bytes_per_layer"]) if "shared_bytes_per_layer" in d else derived_memory(d["params"])[0],
         learned_buffers=int(d["learned_buffers"]) if "learned_buffers" in d else derived_memory(d["params"])[1],
         stream_chance=_num((d.get("stream_gate") or {}).get("chance")),
@@ -425,6 +427,36 @@ def delay_table(records: Iterable[RunRecord]) -> str:
         cells.append(f"{sum(bool(p) for p in passed)}/{sum(p is not None for p in passed)} recall"
                      + ("" if gated else " (not a gate here)"))
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def interference_table(records: Iterable[RunRecord]) -> str:
+    """One row per configuration and filler kind with interference curves: the score at each number of
+    intervening items, mean ± std [95% CI] over seeds, and the half point per seed (the fewest items at
+    which the skill falls below half its value at 0 items; '>N' when it never does up to N). '' when no
+    run has curves."""
+    groups = {k: [r for r in v if (r.interference or {}).get("curves")] for k, v in group_records(records).items()}
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return ""
+    ladder = sorted({p["items"] for runs in groups.values() for r in runs
+                     for points in r.interference["curves"].values() for p in points})
+    head = ["configuration", "kind", "n", *[f"@ {n} items" for n in ladder], "half point per seed (items)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups):
+        runs = groups[key]
+        kinds = list(dict.fromkeys(k for r in runs for k in r.interference["curves"]))
+        for kind in kinds:
+            have = [r for r in runs if kind in r.interference["curves"]]
+            cells = [key, kind, str(len(have))]
+            for n in ladder:
+                scores = [next((p["score"] for p in r.interference["curves"][kind] if p["items"] == n), math.nan)
+                          for r in have]
+                cells.append(mean_interval(scores).format() if any(not math.isnan(x) for x in scores) else "-")
+            halves = [(r.interference.get("half_items") or {}).get(kind) for r in have]
+            last = [r.interference["curves"][kind][-1]["items"] for r in have]
+            cells.append(", ".join(f">{m}" if h is None else str(h) for h, m in zip(halves, last)))
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

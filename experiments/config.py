@@ -62,6 +62,12 @@ class GateSection:
     delay: str = "none"                    # none: the delay curve is reported; experience: it is also a gate
     span_level: float = 0.5                # the curve's span: the first delay whose score falls below this
     delay_max_tokens: Optional[int] = None # the curve's longest delay; None: the stream's longest (all experiences)
+    # interference curves (strategies.evaluation.interference): recall of facts presented once against
+    # the number of intervening items of each kind the stream's probe knows (ICR: neutral, same_region,
+    # other_region, repeat); empty: none measured
+    interference: List[str] = field(default_factory=list)
+    interference_max_items: int = 256      # the ladder 0, 1, 2, 4, ... up to this many items
+    interference_episodes: int = 64        # probe episodes per point
 
 
 @dataclass
@@ -159,6 +165,11 @@ class RunConfig:
                  ">= 1 or null (the stream's longest delay)", cfg.gate.delay_max_tokens)
         _require(cfg.gate.delay_episodes >= 0, "gate.delay_episodes", ">= 0 (0 = no delay curve)", cfg.gate.delay_episodes)
         _require(cfg.gate.delay in DELAY_GATES, "gate.delay", f"one of {DELAY_GATES}", cfg.gate.delay)
+        _require(cfg.gate.interference_max_items >= 1, "gate.interference_max_items", ">= 1",
+                 cfg.gate.interference_max_items)
+        _require(cfg.gate.interference_episodes >= 1, "gate.interference_episodes", ">= 1", cfg.gate.interference_episodes)
+        _require(len(set(cfg.gate.interference)) == len(cfg.gate.interference), "gate.interference",
+                 "kinds without repeats", cfg.gate.interference)
         _require(cfg.meta_train.checkpoint_every >= 0, "meta_train.checkpoint_every", ">= 0 (0 = never)",
                  cfg.meta_train.checkpoint_every)
         import torch
@@ -255,6 +266,9 @@ class RunConfig:
             d.pop(key, None)
         if not d.get("after_meta", {}).get("model"):
             d.pop("after_meta", None)
+        if not d["gate"].get("interference"):            # no interference curves: as before they existed
+            for key in ("interference", "interference_max_items", "interference_episodes"):
+                d["gate"].pop(key, None)
         if d.get("precision") == "fp32":
             d.pop("precision")
         if self.resolved_device() != "cpu":

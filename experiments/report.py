@@ -388,6 +388,11 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     if delays:
         parts += ["Delay-recall curves (measured after meta-training, before the stream, from a fresh state; "
                   "`docs/measurement.md`):", "", delays, ""]
+    interference = compare.interference_table(records)
+    if interference:
+        parts += ["Interference curves (measured after meta-training, before the stream, from a fresh state: "
+                  "recall of facts presented once against the number of items between them and their queries, "
+                  "by kind of item; `docs/measurement.md`):", "", interference, ""]
     if spec.plot:
         plot_by_state_bytes(records, os.path.join(root or PROJECT_DIR, spec.plot), spec.title)
         parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]

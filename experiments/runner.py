@@ -58,6 +58,7 @@ from ovq_cl import DecoderLM, RegressionLM
 from ovq_cl.config import ModelConfig, model_config
 from strategies.evaluation import forgetting
 from strategies.evaluation.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
+from strategies.evaluation.interference import item_ladder, measure_interference, plot_interference
 from strategies.evaluation.gate import measure_gate, stream_gate
 from strategies.evaluation.metrics import higher_is_better
 from strategies.evaluation.results import (ResultMatrix, n_learned_buffers, n_parameters, shared_memory_bytes,
@@ -170,6 +171,7 @@ class Gates:
 
     gate: Dict[str, Any]
     delay: Dict[str, Any]
+    interference: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -185,6 +187,7 @@ class Session:
     meta_history: List[Dict[str, float]] = field(default_factory=list)
     gate: Dict[str, Any] = field(default_factory=dict)
     delay: Dict[str, Any] = field(default_factory=dict)
+    interference: Dict[str, Any] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------ the protocol
@@ -238,7 +241,7 @@ def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, star
             tracker.set_tags({"meta_train_source": meta.source})        # trained, resumed or shared
             session = after_meta(resolved, session, tracker)
             gates = gate_phase(resolved, session, tracker)
-            session.gate, session.delay = gates.gate, gates.delay
+            session.gate, session.delay, session.interference = gates.gate, gates.delay, gates.interference
         stopped = stream_phase(resolved, session, tracker, stop_after)
         if stopped is not None:
             tracker.set_tags({"stopped_after_experience": stopped})
@@ -273,6 +276,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     seed_everything(cfg.seed)
     bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
     check_lanes(cfg, bench)
+    check_interference(cfg, bench)
     if bench.info.vocab_size is not None:
         cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
     with _rng_kept():                     # after seeding: what the run draws must not depend on after_meta
@@ -524,7 +528,7 @@ def gate_phase(run: ResolvedRun, session: Session, tracker) -> Gates:
                          **{f"gate/{k}": float(v) for k, v in record.items() if v is not None and k != "learned"}},
                         step=0)
     tracker.set_tags({"learned": _gate_tag(gate.learned)})
-    return Gates(record, delay_record(run, session, tracker))
+    return Gates(record, delay_record(run, session, tracker), interference_record(run, session, tracker))
 
 
 def stream_delays(run: ResolvedRun) -> Dict[str, int]:
@@ -570,6 +574,53 @@ def delay_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
         print(f"delay-recall curve ({cfg.label()}), learning delay {delays['learning']} tokens, span "
               f"{'> ' + str(curve.points[-1].delay) if span is None else span}:\n{curve.table()}", flush=True)
     return out
+
+
+def interference_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
+    """The interference curves (``strategies.evaluation.interference``) of the kinds in
+    ``gate.interference``, from a fresh state, before the stream: printed, logged (metrics
+    ``interference/<kind>`` stepped by intervening items, ``interference/<kind>/half_items``, a table, a
+    plot) and returned as the record's ``interference``; {} when none is asked for."""
+    cfg, bench = run.config, run.bench
+    if not cfg.gate.interference:
+        return {}
+    with run.autocast():
+        curves = measure_interference(session.model, bench.interference_probe, cfg.gate.interference,
+                                      item_ladder(cfg.gate.interference_max_items), bench.info.metric, 2,
+                                      cfg.gate.interference_episodes, cfg.gate.batch_size, device=run.device,
+                                      context=bench.info.metric_context)
+    halves = {kind: curves.half_point(kind) for kind in curves.curves}
+    out = {**curves.as_dict(), "half_items": halves}
+    tracker.log_metric_values([(f"interference/{kind}", p.score, p.items)
+                               for kind, points in curves.curves.items() for p in points])
+    tracker.log_metrics({f"interference/{kind}/half_items": float(n) for kind, n in halves.items() if n is not None},
+                        step=0)
+    tracker.log_dict(out, "interference.json")
+    tracker.log_text(curves.table(), "interference.txt")
+    fig = plot_interference(curves, cfg.label())
+    tracker.log_figure(fig, "interference.png")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    if cfg.progress:
+        print(f"interference curves ({cfg.label()}), score against intervening items:\n{curves.table()}", flush=True)
+    return out
+
+
+def check_interference(cfg: RunConfig, bench) -> None:
+    """``gate.interference`` asks for kinds the stream's probe knows, or the stream has none: one line,
+    before anything runs (each kind is built once, with one tiny item)."""
+    if not cfg.gate.interference:
+        return
+    probe = getattr(bench, "interference_probe", None)
+    if probe is None:
+        raise ValueError(f"gate.interference: stream {cfg.stream.name!r} has no interference probe "
+                         "(set gate.interference=[])")
+    for kind in cfg.gate.interference:
+        try:
+            probe(kind, 1, 1)[0]
+        except ValueError as err:
+            raise ValueError(f"gate.interference: {err}") from err
 
 
 # ------------------------------------------------------------------------------------ 3. the stream
@@ -649,7 +700,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         [0 if s is None else int(s.nbytes) for s in (states or [])],
         tracker.run_id, run.checkpoint_path if run.checkpoints else None, session.meta_history,
         R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=session.gate,
-        stream_gate=s_gate, delay=session.delay, parameters=n_parameters(session.model),
+        stream_gate=s_gate, delay=session.delay, interference=session.interference, parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
         code_version=run.code_version, provenance=provenance(run, tracker),
@@ -698,7 +749,8 @@ def save(run: ResolvedRun, session: Session, tracker, extra: Optional[Dict[str, 
         run.checkpoint_path, model=session.model, optimizer=session.optimizer, states=states,
         next_experience=session.next_experience,
         metrics={"results": session.results.state_dict(), "tokens_after": session.tokens_after,
-                 "meta_history": session.meta_history, "gate": session.gate, "delay": session.delay},
+                 "meta_history": session.meta_history, "gate": session.gate, "delay": session.delay,
+                 "interference": session.interference},
         extra={"run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
                "plugins": plugin_states(session.strategy.plugins), **(extra or {})},
     )
@@ -718,6 +770,7 @@ def restore(session: Session, ckpt: Dict[str, Any], tracker) -> None:
     session.meta_history = list(ckpt["metrics"].get("meta_history", []))
     session.gate = dict(ckpt["metrics"].get("gate", {}))
     session.delay = dict(ckpt["metrics"].get("delay", {}))
+    session.interference = dict(ckpt["metrics"].get("interference", {}))
     session.strategy.tokens_streamed = session.tokens_after[-1] if session.tokens_after else 0
     load_plugin_states(session.strategy.plugins, ckpt["extra"].get("plugins", {}))
     set_rng_state(ckpt["rng"])

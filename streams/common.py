@@ -122,6 +122,11 @@ class StreamData:
     ``delay_probe(filler_episodes, n)``, where the stream has one (ICR): a dataset of ``n`` items whose
     scored answers were bound ``filler_episodes`` training episodes earlier (``filler_episodes *
     info.seq_len`` tokens): what the delay-recall curve (``strategies.evaluation.delay``) measures.
+
+    ``interference_probe(kind, items, n)``, where the stream has one (ICR): ``n`` items whose scored
+    facts were presented once, ``items`` bindings of ``kind`` earlier (e.g. ``neutral``: no binding,
+    ``other_region``: another experience's keys): what the interference curves
+    (``strategies.evaluation.interference``) measure.
     """
 
     train: List[Dataset]
@@ -129,6 +134,7 @@ class StreamData:
     meta_train: Optional["EpisodeDataset"]
     info: StreamInfo
     delay_probe: Optional[Callable[[int, int], Dataset]] = None
+    interference_probe: Optional[Callable[[str, int, int], Dataset]] = None
 
     def __post_init__(self) -> None:
         if self.meta_train is not None and not isinstance(self.meta_train, EpisodeDataset):
@@ -175,9 +181,9 @@ def to_benchmark(data: StreamData):
     """An Avalanche benchmark (CLScenario) of ``data``: ``train_stream`` and ``test_stream`` of K experiences.
 
     Experience j carries task label j (``experience.task_label``) and its dataset yields ``(x, y, j)``.
-    The benchmark also gets four attributes: ``info`` (``data.info``), ``meta_train`` (an
+    The benchmark also gets five attributes: ``info`` (``data.info``), ``meta_train`` (an
     AvalancheDataset with task label 0, or None), ``meta_train_episodes`` (the plain
-    :class:`EpisodeDataset`, or None) and ``delay_probe`` (or None).
+    :class:`EpisodeDataset`, or None), ``delay_probe`` and ``interference_probe`` (or None).
     """
     import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
@@ -197,6 +203,7 @@ def to_benchmark(data: StreamData):
     bench.meta_train = None if data.meta_train is None else labelled(data.meta_train, 0)
     bench.meta_train_episodes = data.meta_train          # the plain EpisodeDataset (for held_out)
     bench.delay_probe = data.delay_probe
+    bench.interference_probe = data.interference_probe
     return bench
 
 

@@ -65,6 +65,21 @@ filler's length in tokens (0: the meta-training task itself, without its queries
 
     k1 v1 ... kP vP  [filler: k v ... SEP q a ...] x filler  SEP q1 a1 ... qQ aQ
 
+**Interference probe** (``interference_probe(kind, items, n)``, for the interference curves): a fresh
+set of ``facts_per_episode`` facts over the key region of experience ``i mod K`` (item i), presented
+once, then ``items`` intervening bindings of one ``kind``, then SEP and ``queries_per_episode`` queries
+of the first facts (only those scored)::
+
+    k1 v1 ... kP vP  [f1 g1 f2 g2 ... f_items g_items]  SEP q1 a1 ... qQ aQ
+
+- ``neutral``: SEP SEP per item, the tokens of a binding and no binding (time only);
+- ``same_region``: new bindings of the region's other keys (drawn with replacement, values random);
+- ``other_region``: new bindings of the next experience's region (what a shifted experience does);
+- ``repeat``: the same facts again (keys drawn from them, their own values).
+
+Every kind puts 2 * ``items`` tokens between the facts and the queries, so the curves differ by what
+those tokens are, not by how many.
+
 Default sizes: T = 2 * 8 + 1 + 2 * 4 = 25 (train, meta-train), 1 + 2 * 4 = 9 (test).
 """
 from __future__ import annotations
@@ -418,6 +433,58 @@ def delay_probe(cfg: Any, filler_episodes: int, n: int) -> EpisodeDataset:
     return EpisodeDataset(_delay_episode, (cfg, cfg.seq_len or train_len(cfg), filler_episodes), n)
 
 
+#: what stands between the facts and their queries in an interference probe (module docstring)
+INTERFERENCE_KINDS = ("neutral", "same_region", "other_region", "repeat")
+
+
+def _interference_episode(cfg: ICRConfig, kind: str, items: int, i: int):
+    """Interference-probe item i: P fresh facts over region i mod K, ``items`` intervening bindings of
+    ``kind``, SEP and Q scored queries of the facts. x, y: [2 * (P + rebind_within) + 2 * items + 1 + 2 Q]."""
+    rng = seeded_rng("icr", "interference", cfg.meta_seed, INTERFERENCE_KINDS.index(kind), items, i)
+    regions = key_regions(cfg)
+    r = i % len(regions)
+    P = cfg.facts_per_episode
+    region = np.arange(*regions[r])
+    keys = rng.choice(region, P, replace=False).astype(np.int64)
+    values = rng.integers(0, cfg.n_values, P) + 2 + cfg.n_keys
+    pairs_k, pairs_v, _ = _presentation(keys, values, cfg, rng)
+    if kind == "neutral":
+        filler = np.full(2 * items, SEP, np.int64)
+    else:
+        if kind == "repeat":
+            idx = rng.integers(0, P, items)
+            fk, fv = keys[idx], values[idx]
+        else:
+            pool = np.setdiff1d(region if kind == "same_region" else np.arange(*regions[(r + 1) % len(regions)]), keys)
+            fk = rng.choice(pool, items, replace=True).astype(np.int64)
+            fv = rng.integers(0, cfg.n_values, items) + 2 + cfg.n_keys
+        filler = np.stack([fk, fv], -1).reshape(-1).astype(np.int64)
+    asked = keys[rng.permutation(P)[: cfg.queries_per_episode]]
+    value_of = dict(zip(keys.tolist(), values.tolist()))
+    answers = np.array([value_of[k] for k in asked.tolist()], np.int64)
+    head = torch.from_numpy(np.stack([pairs_k, pairs_v], -1).reshape(-1).astype(np.int64))
+    middle = torch.from_numpy(filler)
+    tail_x, tail_y = _layout(np.zeros(0, np.int64), np.zeros(0, np.int64), asked, answers, 1 + 2 * len(asked))
+    x = torch.cat([head, middle, tail_x])
+    y = torch.cat([torch.full_like(head, IGNORE), torch.full_like(middle, IGNORE), tail_y])
+    return x, y
+
+
+def interference_probe(cfg: Any, kind: str, items: int, n: int) -> EpisodeDataset:
+    """``n`` interference-probe items with ``items`` intervening bindings of ``kind`` (module docstring)
+    between the facts and their queries; from the meta-training seed's own random stream."""
+    cfg = cfg if isinstance(cfg, ICRConfig) else icr_config(cfg)
+    what = "icr interference probe"
+    require(kind in INTERFERENCE_KINDS, what, f"kind must be one of {INTERFERENCE_KINDS}, got {kind!r}")
+    require(items >= 0 and n >= 1, what, f"items must be >= 0 and n >= 1, got {items}, {n}")
+    widths = [hi - lo for lo, hi in key_regions(cfg)]
+    require(kind != "same_region" or min(widths) > cfg.facts_per_episode, what,
+            f"same_region needs a key region wider than facts_per_episode={cfg.facts_per_episode} (the "
+            f"narrowest has {min(widths)} keys)")
+    require(kind != "other_region" or len(widths) > 1, what, "other_region needs n_experiences >= 2")
+    return EpisodeDataset(_interference_episode, (cfg, kind, items), n)
+
+
 def icr_data(cfg: Any = None) -> StreamData:
     """The ICR stream without Avalanche: K train/test EpisodeDatasets, meta-training, ICRInfo."""
     cfg = icr_config(cfg)
@@ -436,7 +503,8 @@ def icr_data(cfg: Any = None) -> StreamData:
         vocab_size=2 + cfg.n_keys + cfg.n_values, config=cfg, variant=cfg.variant, regions=key_regions(cfg),
         tables=tables, test_keys=[k.tolist() for k in world.test_keys], rebound=world.rebound,
     )
-    return StreamData(train, test, meta, info, delay_probe=partial(delay_probe, cfg))
+    return StreamData(train, test, meta, info, delay_probe=partial(delay_probe, cfg),
+                      interference_probe=partial(interference_probe, cfg))
 
 
 def icr_benchmark(cfg: Any = None):

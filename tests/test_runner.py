@@ -358,3 +358,38 @@ def test_a_stopped_run_says_where_it_stopped_and_is_not_finished(in_tmp):
     assert row["tags"]["meta_train_source"] in ("trained", "shared")
     assert row["run_id"] == stopped.run_id
     assert len(run(cfg).R) == 3 and runs_table("stopped", uri)[0]["status"] == "FINISHED"
+
+
+def test_interference_curves_are_measured_logged_recorded_and_tabled(in_tmp):
+    from mlflow import MlflowClient
+
+    from experiments import compare
+
+    root, uri = in_tmp
+    gate = {"interference": ["neutral", "other_region"], "interference_max_items": 4, "interference_episodes": 4}
+    cfg = cfg_for(root, "interference", gate=gate)
+    result = run(cfg)
+    curves = result.interference["curves"]
+    assert list(curves) == ["neutral", "other_region"]
+    assert [p["items"] for p in curves["neutral"]] == [0, 1, 2, 4] and set(result.interference["half_items"]) == set(curves)
+    history = MlflowClient(uri).get_metric_history(result.run_id, "interference/other_region")
+    assert sorted(m.step for m in history) == [0, 1, 2, 4]
+    record = result.record()
+    assert record["interference"] == result.interference
+    table = compare.interference_table([compare.record_from_json(record)])
+    assert "| other_region | 1 |" in table and "@ 4 items" in table
+    # without curves the identity is the one a config written before they existed has
+    plain = cfg_for(root, "interference")
+    d = plain.to_dict()
+    assert plain.identity() == cfg_for(root, "interference", gate={"interference": []}).identity()
+    assert "interference" in d["gate"] and cfg.identity() != plain.identity()
+
+
+def test_interference_on_a_stream_without_the_probe_is_refused_before_anything_runs(tmp_path):
+    cfg = run_config({**TINY, "stream": {"name": "text", "options": {}}, "gate": {"interference": ["neutral"]},
+                      "tracking": {"enabled": False}, "checkpoint": {"enabled": False}})
+    with pytest.raises(ValueError, match="gate.interference: stream 'text' has no interference probe"):
+        run(cfg)
+    cfg = cfg_for(tmp_path, "bad", gate={"interference": ["noise"]}, tracking={"enabled": False})
+    with pytest.raises(ValueError, match="gate.interference: icr interference probe: kind must be one of"):
+        run(cfg)

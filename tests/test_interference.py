@@ -1,0 +1,120 @@
+"""Interference curves: the ICR probe's layout per filler kind, and known answers with three oracle
+memories (perfect, a window of tokens, the last K bindings), which the kinds must tell apart."""
+import math
+
+import pytest
+import torch
+
+from ovq_cl.base import IGNORE, SEP
+from strategies.evaluation.interference import InterferenceCurves, InterferencePoint, item_ladder, measure_interference
+from streams import icr_data
+from streams.icr import INTERFERENCE_KINDS, key_regions
+
+OPTIONS = {"n_experiences": 4, "n_keys": 64, "facts_per_experience": 16, "facts_per_episode": 8,
+           "queries_per_episode": 4}
+
+
+class BindingOracle(torch.nn.Module):
+    """Answers a key with the value it holds for it; holds, per rule: every binding ever (``perfect``),
+    the bindings whose value token is among the last ``window`` tokens (``window``), or the ``k`` most
+    recent bindings (``last_k``: a new key evicts the oldest). Reads the sequence from a fresh state."""
+
+    def __init__(self, vocab_size: int, n_keys: int, rule: str, size: int = 0) -> None:
+        super().__init__()
+        self.vocab_size, self.n_keys, self.rule, self.size = vocab_size, n_keys, rule, size
+
+    def forward(self, x, states=None):
+        B, T = x.shape
+        out = torch.zeros(B, T, self.vocab_size)
+        for b in range(B):
+            held = {}                                      # key -> (value, position of the value token)
+            for t in range(T):
+                token = int(x[b, t])
+                if 2 <= token < 2 + self.n_keys:
+                    if token in held and (self.rule != "window" or t - held[token][1] <= self.size):
+                        out[b, t, held[token][0]] = 1.0
+                    nxt = int(x[b, t + 1]) if t + 1 < T else -1
+                    if nxt >= 2 + self.n_keys:
+                        held.pop(token, None)              # re-inserted as the most recent
+                        held[token] = (nxt, t + 1)
+                        if self.rule == "last_k" and len(held) > self.size:
+                            held.pop(next(iter(held)))
+        return out, None
+
+
+def _probe():
+    return icr_data(OPTIONS).interference_probe
+
+
+@pytest.mark.parametrize("kind", INTERFERENCE_KINDS)
+def test_each_kind_puts_two_tokens_per_item_between_the_facts_and_only_the_queries_are_scored(kind):
+    probe, P, Q = _probe(), 8, 4
+    regions = key_regions(icr_data(OPTIONS).info.config)
+    for i in range(4):
+        x, y = probe(kind, 12, 4)[i]
+        assert x.shape == y.shape == (2 * P + 2 * 12 + 1 + 2 * Q,)
+        assert (y[: 2 * P + 24] == IGNORE).all() and int((y != IGNORE).sum()) == Q
+        facts = dict(zip(x[: 2 * P: 2].tolist(), x[1: 2 * P: 2].tolist()))
+        lo, hi = regions[i % 4]
+        assert all(lo <= k < hi for k in facts), "the facts come from the item's region"
+        middle = x[2 * P: 2 * P + 24]
+        keys, values = middle[0::2].tolist(), middle[1::2].tolist()
+        if kind == "neutral":
+            assert (middle == SEP).all()
+        elif kind == "repeat":
+            assert all(facts[k] == v for k, v in zip(keys, values))
+        else:
+            lo2, hi2 = regions[i % 4] if kind == "same_region" else regions[(i + 1) % 4]
+            assert all(lo2 <= k < hi2 and k not in facts for k in keys)
+        asked = x[2 * P + 25:: 2].tolist()
+        assert [facts[k] for k in asked] == y[y != IGNORE].tolist()
+    assert torch.equal(probe(kind, 12, 4)[1][0], probe(kind, 12, 4)[1][0])        # a pure function of its item
+
+
+def test_kinds_the_stream_cannot_make_are_refused():
+    probe = _probe()
+    with pytest.raises(ValueError, match="kind must be one of"):
+        probe("noise", 1, 1)
+    with pytest.raises(ValueError, match="other_region needs n_experiences >= 2"):
+        icr_data({**OPTIONS, "n_experiences": 1}).interference_probe("other_region", 1, 1)
+
+
+def _curves(rule: str, size: int = 0) -> InterferenceCurves:
+    data = icr_data(OPTIONS)
+    model = BindingOracle(data.info.vocab_size, 64, rule, size)
+    return measure_interference(model, data.interference_probe, INTERFERENCE_KINDS, [0, 4, 16, 64], "accuracy",
+                                episodes=16, batch_size=16)
+
+
+def test_a_perfect_memory_recalls_everything_whatever_comes_between():
+    curves = _curves("perfect")
+    assert all(p.score == 1.0 for points in curves.curves.values() for p in points)
+    assert all(curves.half_point(k) is None for k in INTERFERENCE_KINDS)
+
+
+def test_a_window_forgets_with_time_whatever_fills_it_except_the_same_facts_again():
+    curves = _curves("window", 64)
+    at = {k: {p.items: p.score for p in v} for k, v in curves.curves.items()}
+    for kind in ("neutral", "same_region", "other_region"):
+        assert at[kind][0] == 1.0 and at[kind][16] == 1.0 and at[kind][64] == 0.0, (kind, at[kind])
+        assert curves.half_point(kind) == 64
+    assert at["repeat"][64] > 0.9 and curves.half_point("repeat") is None
+
+
+def test_a_last_k_memory_loses_facts_to_new_bindings_not_to_time():
+    curves = _curves("last_k", 12)
+    at = {k: {p.items: p.score for p in v} for k, v in curves.curves.items()}
+    assert all(s == 1.0 for s in at["neutral"].values()) and curves.half_point("neutral") is None
+    assert all(s == 1.0 for s in at["repeat"].values())
+    assert at["other_region"][64] == 0.0 and curves.half_point("other_region") in (16, 64)
+    # the region's other keys are only 8 here: they can never fill 12 slots, so some facts always stay
+    assert at["same_region"][64] > 0.0
+
+
+def test_the_half_point_and_the_ladder_by_hand():
+    assert item_ladder(256) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256] and item_ladder(5) == [0, 1, 2, 4, 5]
+    pts = [InterferencePoint(n, 2 * n, s, 0.0, 0.1, sk, 8) for n, s, sk in ((0, 1.0, 1.0), (4, 0.6, 0.55), (8, 0.5, 0.45))]
+    curves = InterferenceCurves("accuracy", 2, {"a": pts, "b": pts[:2], "c": [InterferencePoint(0, 0, 0.1, 0, 0.1, 0.0, 8)]})
+    assert curves.half_point("a") == 8 and curves.half_point("b") is None and curves.half_point("c") is None
+    again = InterferenceCurves.from_dict(curves.as_dict())
+    assert again == curves and "half at" in curves.table() and not math.isnan(pts[1].score)
