@@ -37,7 +37,7 @@ REPORTING_KEYS = ("gate.delay",)
 # params that newer code logs with a value meaning "absent" (runs logged before the key existed lack
 # it): such a value is dropped, so that old and new runs of one config stay one config (as in
 # RunConfig.identity, which drops an empty after_meta)
-ABSENT_VALUES = {"after_meta.model": "{}", "gate.interference": "[]"}
+ABSENT_VALUES = {"after_meta.model": "{}", "gate.interference": "[]", "gate.capacity_facts": "[]"}
 
 
 def _params(p: Dict[str, Any]) -> Dict[str, Any]:
@@ -64,6 +64,7 @@ class RunRecord:
     tokens_after: Optional[List[int]] = None
     delay: Dict[str, Any] = field(default_factory=dict)   # the delay-recall curve and gate (runner's ``delay``)
     interference: Dict[str, Any] = field(default_factory=dict)   # the interference curves (runner's ``interference``)
+    capacity: Dict[str, Any] = field(default_factory=dict)   # the capacity curve (runner's ``capacity``)
     config_id: Optional[str] = None           # the run identity: config (seeds included) ...
     code_version: Optional[str] = None        # ... and the code that ran it
     finished_at: float = 0.0                  # when it ended (MLflow), or its place in a JSON list: the latest wins
@@ -104,6 +105,7 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
         delay=dict(d.get("delay") or {}), interference=dict(d.get("interference") or {}),
+        capacity=dict(d.get("capacity") or {}),
         config_id=d.get("config_id"), code_version=d.get("code_version"),
         shared_bytes=list(d["shared_bytes_per_layer"]) if "shared_bytes_per_layer" in d else derived_memory(d["params"])[0],
         learned_buffers=int(d["learned_buffers"]) if "learned_buffers" in d else derived_memory(d["params"])[1],
@@ -457,6 +459,30 @@ def interference_table(records: Iterable[RunRecord]) -> str:
             last = [r.interference["curves"][kind][-1]["items"] for r in have]
             cells.append(", ".join(f">{m}" if h is None else str(h) for h, m in zip(halves, last)))
             lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def capacity_table(records: Iterable[RunRecord]) -> str:
+    """One row per configuration with a capacity curve: the score at each number of facts, mean ± std
+    [95% CI] over seeds, the capacity per seed (the most facts with skill >= 0.5; '<N' when even the
+    fewest, N, fall below), and the state bytes per layer and lane beside it. '' when no run has one."""
+    groups = {k: [r for r in v if (r.capacity or {}).get("curve")] for k, v in group_records(records).items()}
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return ""
+    ladder = sorted({p["facts"] for runs in groups.values() for r in runs for p in r.capacity["curve"]["points"]})
+    head = ["configuration", "n", *[f"@ {n} facts" for n in ladder], "capacity per seed (facts)", "state bytes/layer/lane"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups):
+        runs = groups[key]
+        cells = [key, str(len(runs))]
+        for n in ladder:
+            scores = [next((p["score"] for p in r.capacity["curve"]["points"] if p["facts"] == n), math.nan) for r in runs]
+            cells.append(mean_interval(scores).format() if any(not math.isnan(x) for x in scores) else "-")
+        cells.append(", ".join(f"<{r.capacity['curve']['points'][0]['facts']}" if r.capacity.get("capacity") is None
+                               else str(r.capacity["capacity"]) for r in runs))
+        cells.append(_bytes_cell(runs))
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -67,7 +67,10 @@ class GateSection:
     # other_region, repeat); empty: none measured
     interference: List[str] = field(default_factory=list)
     interference_max_items: int = 256      # the ladder 0, 1, 2, 4, ... up to this many items
-    interference_episodes: int = 64        # probe episodes per point
+    interference_episodes: int = 64        # probe episodes per point (interference and capacity curves)
+    # the capacity curve (strategies.evaluation.capacity): recall of N facts bound once, for each N here
+    # (the stream's capacity probe; ICR: N <= n_keys); empty: not measured
+    capacity_facts: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -170,6 +173,8 @@ class RunConfig:
         _require(cfg.gate.interference_episodes >= 1, "gate.interference_episodes", ">= 1", cfg.gate.interference_episodes)
         _require(len(set(cfg.gate.interference)) == len(cfg.gate.interference), "gate.interference",
                  "kinds without repeats", cfg.gate.interference)
+        _require(all(isinstance(n, int) and n >= 1 for n in cfg.gate.capacity_facts), "gate.capacity_facts",
+                 "numbers of facts >= 1", cfg.gate.capacity_facts)
         _require(cfg.meta_train.checkpoint_every >= 0, "meta_train.checkpoint_every", ">= 0 (0 = never)",
                  cfg.meta_train.checkpoint_every)
         import torch
@@ -269,6 +274,8 @@ class RunConfig:
         if not d["gate"].get("interference"):            # no interference curves: as before they existed
             for key in ("interference", "interference_max_items", "interference_episodes"):
                 d["gate"].pop(key, None)
+        if not d["gate"].get("capacity_facts"):          # no capacity curve: as before it existed
+            d["gate"].pop("capacity_facts", None)
         if d.get("precision") == "fp32":
             d.pop("precision")
         if self.resolved_device() != "cpu":

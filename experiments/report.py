@@ -388,6 +388,10 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     if delays:
         parts += ["Delay-recall curves (measured after meta-training, before the stream, from a fresh state; "
                   "`docs/measurement.md`):", "", delays, ""]
+    capacity = compare.capacity_table(records)
+    if capacity:
+        parts += ["Capacity curves (after meta-training, before the stream, from a fresh state: recall of N facts "
+                  "bound once and then queried; `docs/measurement.md`):", "", capacity, ""]
     interference = compare.interference_table(records)
     if interference:
         parts += ["Interference curves (measured after meta-training, before the stream, from a fresh state: "

@@ -58,6 +58,7 @@ from ovq_cl import DecoderLM, RegressionLM
 from ovq_cl.config import ModelConfig, model_config
 from strategies.evaluation import forgetting
 from strategies.evaluation.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
+from strategies.evaluation.capacity import measure_capacity, plot_capacity
 from strategies.evaluation.interference import item_ladder, measure_interference, plot_interference
 from strategies.evaluation.gate import measure_gate, stream_gate
 from strategies.evaluation.metrics import higher_is_better
@@ -172,6 +173,7 @@ class Gates:
     gate: Dict[str, Any]
     delay: Dict[str, Any]
     interference: Dict[str, Any] = field(default_factory=dict)
+    capacity: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -188,6 +190,7 @@ class Session:
     gate: Dict[str, Any] = field(default_factory=dict)
     delay: Dict[str, Any] = field(default_factory=dict)
     interference: Dict[str, Any] = field(default_factory=dict)
+    capacity: Dict[str, Any] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------ the protocol
@@ -241,7 +244,8 @@ def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, star
             tracker.set_tags({"meta_train_source": meta.source})        # trained, resumed or shared
             session = after_meta(resolved, session, tracker)
             gates = gate_phase(resolved, session, tracker)
-            session.gate, session.delay, session.interference = gates.gate, gates.delay, gates.interference
+            session.gate, session.delay = gates.gate, gates.delay
+            session.interference, session.capacity = gates.interference, gates.capacity
         stopped = stream_phase(resolved, session, tracker, stop_after)
         if stopped is not None:
             tracker.set_tags({"stopped_after_experience": stopped})
@@ -528,7 +532,8 @@ def gate_phase(run: ResolvedRun, session: Session, tracker) -> Gates:
                          **{f"gate/{k}": float(v) for k, v in record.items() if v is not None and k != "learned"}},
                         step=0)
     tracker.set_tags({"learned": _gate_tag(gate.learned)})
-    return Gates(record, delay_record(run, session, tracker), interference_record(run, session, tracker))
+    return Gates(record, delay_record(run, session, tracker), interference_record(run, session, tracker),
+                 capacity_record(run, session, tracker))
 
 
 def stream_delays(run: ResolvedRun) -> Dict[str, int]:
@@ -607,9 +612,48 @@ def interference_record(run: ResolvedRun, session: Session, tracker) -> Dict[str
     return out
 
 
+def capacity_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
+    """The capacity curve (``strategies.evaluation.capacity``) at the numbers of facts in
+    ``gate.capacity_facts``, from a fresh state, before the stream: printed, logged (metric ``capacity``
+    stepped by facts, ``capacity/facts``, a table, a plot) and returned as the record's ``capacity``."""
+    cfg, bench = run.config, run.bench
+    if not cfg.gate.capacity_facts:
+        return {}
+    with run.autocast():
+        curve = measure_capacity(session.model, bench.capacity_probe, cfg.gate.capacity_facts, bench.info.metric,
+                                 cfg.gate.interference_episodes, cfg.gate.batch_size, device=run.device,
+                                 context=bench.info.metric_context)
+    held = curve.capacity(cfg.gate.span_level)
+    out = {"curve": curve.as_dict(), "capacity": held, "level": cfg.gate.span_level}
+    tracker.log_metric_values([("capacity", p.score, p.facts) for p in curve.points])
+    if held is not None:
+        tracker.log_metrics({"capacity/facts": float(held)}, step=0)
+    tracker.log_dict(out, "capacity.json")
+    tracker.log_text(curve.table(), "capacity.txt")
+    fig = plot_capacity(curve, cfg.label())
+    tracker.log_figure(fig, "capacity.png")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    if cfg.progress:
+        print(f"capacity curve ({cfg.label()}), capacity {held}:\n{curve.table()}", flush=True)
+    return out
+
+
 def check_interference(cfg: RunConfig, bench) -> None:
-    """``gate.interference`` asks for kinds the stream's probe knows, or the stream has none: one line,
-    before anything runs (each kind is built once, with one tiny item)."""
+    """``gate.interference`` asks for kinds the stream's probe knows and ``gate.capacity_facts`` for
+    numbers of facts it can make, or the stream has no such probe: one line, before anything runs (each
+    is built once, with one tiny item)."""
+    if cfg.gate.capacity_facts:
+        capacity = getattr(bench, "capacity_probe", None)
+        if capacity is None:
+            raise ValueError(f"gate.capacity_facts: stream {cfg.stream.name!r} has no capacity probe "
+                             "(set gate.capacity_facts=[])")
+        for n in cfg.gate.capacity_facts:
+            try:
+                capacity(n, 1)
+            except ValueError as err:
+                raise ValueError(f"gate.capacity_facts: {err}") from err
     if not cfg.gate.interference:
         return
     probe = getattr(bench, "interference_probe", None)
@@ -700,7 +744,8 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         [0 if s is None else int(s.nbytes) for s in (states or [])],
         tracker.run_id, run.checkpoint_path if run.checkpoints else None, session.meta_history,
         R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=session.gate,
-        stream_gate=s_gate, delay=session.delay, interference=session.interference, parameters=n_parameters(session.model),
+        stream_gate=s_gate, delay=session.delay, interference=session.interference,
+        capacity=session.capacity, parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
         code_version=run.code_version, provenance=provenance(run, tracker),
@@ -750,7 +795,7 @@ def save(run: ResolvedRun, session: Session, tracker, extra: Optional[Dict[str, 
         next_experience=session.next_experience,
         metrics={"results": session.results.state_dict(), "tokens_after": session.tokens_after,
                  "meta_history": session.meta_history, "gate": session.gate, "delay": session.delay,
-                 "interference": session.interference},
+                 "interference": session.interference, "capacity": session.capacity},
         extra={"run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
                "plugins": plugin_states(session.strategy.plugins), **(extra or {})},
     )
@@ -771,6 +816,7 @@ def restore(session: Session, ckpt: Dict[str, Any], tracker) -> None:
     session.gate = dict(ckpt["metrics"].get("gate", {}))
     session.delay = dict(ckpt["metrics"].get("delay", {}))
     session.interference = dict(ckpt["metrics"].get("interference", {}))
+    session.capacity = dict(ckpt["metrics"].get("capacity", {}))
     session.strategy.tokens_streamed = session.tokens_after[-1] if session.tokens_after else 0
     load_plugin_states(session.strategy.plugins, ckpt["extra"].get("plugins", {}))
     set_rng_state(ckpt["rng"])

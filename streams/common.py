@@ -126,7 +126,8 @@ class StreamData:
     ``interference_probe(kind, items, n)``, where the stream has one (ICR): ``n`` items whose scored
     facts were presented once, ``items`` bindings of ``kind`` earlier (e.g. ``neutral``: no binding,
     ``other_region``: another experience's keys): what the interference curves
-    (``strategies.evaluation.interference``) measure.
+    (``strategies.evaluation.interference``) measure; ``capacity_probe(facts, n)``: ``n`` items of
+    ``facts`` facts bound once and then queried (the capacity curve).
     """
 
     train: List[Dataset]
@@ -135,6 +136,7 @@ class StreamData:
     info: StreamInfo
     delay_probe: Optional[Callable[[int, int], Dataset]] = None
     interference_probe: Optional[Callable[[str, int, int], Dataset]] = None
+    capacity_probe: Optional[Callable[[int, int], Dataset]] = None
 
     def __post_init__(self) -> None:
         if self.meta_train is not None and not isinstance(self.meta_train, EpisodeDataset):
@@ -181,9 +183,9 @@ def to_benchmark(data: StreamData):
     """An Avalanche benchmark (CLScenario) of ``data``: ``train_stream`` and ``test_stream`` of K experiences.
 
     Experience j carries task label j (``experience.task_label``) and its dataset yields ``(x, y, j)``.
-    The benchmark also gets five attributes: ``info`` (``data.info``), ``meta_train`` (an
+    The benchmark also gets six attributes: ``info`` (``data.info``), ``meta_train`` (an
     AvalancheDataset with task label 0, or None), ``meta_train_episodes`` (the plain
-    :class:`EpisodeDataset`, or None), ``delay_probe`` and ``interference_probe`` (or None).
+    :class:`EpisodeDataset`, or None), ``delay_probe``, ``interference_probe`` and ``capacity_probe`` (or None).
     """
     import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
@@ -204,6 +206,7 @@ def to_benchmark(data: StreamData):
     bench.meta_train_episodes = data.meta_train          # the plain EpisodeDataset (for held_out)
     bench.delay_probe = data.delay_probe
     bench.interference_probe = data.interference_probe
+    bench.capacity_probe = data.capacity_probe
     return bench
 
 

@@ -80,6 +80,11 @@ of the first facts (only those scored)::
 Every kind puts 2 * ``items`` tokens between the facts and the queries, so the curves differ by what
 those tokens are, not by how many.
 
+**Capacity probe** (``capacity_probe(facts, n)``, for the capacity curve): ``facts`` distinct keys drawn
+from all ``n_keys`` (any region), each bound once to a random value, then SEP and
+``queries_per_episode`` queries of keys drawn from all of them (only those scored): how many facts
+a fresh memory holds at once, with nothing but the facts themselves in between.
+
 Default sizes: T = 2 * 8 + 1 + 2 * 4 = 25 (train, meta-train), 1 + 2 * 4 = 9 (test).
 """
 from __future__ import annotations
@@ -485,6 +490,24 @@ def interference_probe(cfg: Any, kind: str, items: int, n: int) -> EpisodeDatase
     return EpisodeDataset(_interference_episode, (cfg, kind, items), n)
 
 
+def _capacity_episode(cfg: ICRConfig, facts: int, i: int):
+    """Capacity-probe item i: ``facts`` distinct keys bound once, SEP, Q queries drawn from all of them.
+    x, y: [2 * facts + 1 + 2 Q]."""
+    rng = seeded_rng("icr", "capacity", cfg.meta_seed, facts, i)
+    keys = rng.choice(cfg.n_keys, facts, replace=False).astype(np.int64) + 2
+    values = rng.integers(0, cfg.n_values, facts) + 2 + cfg.n_keys
+    asked_idx = rng.choice(facts, cfg.queries_per_episode, replace=facts < cfg.queries_per_episode)
+    return _layout(keys, values, keys[asked_idx], values[asked_idx], 2 * facts + 1 + 2 * cfg.queries_per_episode)
+
+
+def capacity_probe(cfg: Any, facts: int, n: int) -> EpisodeDataset:
+    """``n`` capacity-probe items of ``facts`` facts each (module docstring)."""
+    cfg = cfg if isinstance(cfg, ICRConfig) else icr_config(cfg)
+    require(1 <= facts <= cfg.n_keys and n >= 1, "icr capacity probe",
+            f"facts must be in [1, n_keys={cfg.n_keys}] (distinct keys) and n >= 1, got {facts}, {n}")
+    return EpisodeDataset(_capacity_episode, (cfg, facts), n)
+
+
 def icr_data(cfg: Any = None) -> StreamData:
     """The ICR stream without Avalanche: K train/test EpisodeDatasets, meta-training, ICRInfo."""
     cfg = icr_config(cfg)
@@ -504,7 +527,7 @@ def icr_data(cfg: Any = None) -> StreamData:
         tables=tables, test_keys=[k.tolist() for k in world.test_keys], rebound=world.rebound,
     )
     return StreamData(train, test, meta, info, delay_probe=partial(delay_probe, cfg),
-                      interference_probe=partial(interference_probe, cfg))
+                      interference_probe=partial(interference_probe, cfg), capacity_probe=partial(capacity_probe, cfg))
 
 
 def icr_benchmark(cfg: Any = None):

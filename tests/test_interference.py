@@ -1,11 +1,13 @@
-"""Interference curves: the ICR probe's layout per filler kind, and known answers with three oracle
-memories (perfect, a window of tokens, the last K bindings), which the kinds must tell apart."""
+"""Interference and capacity curves: the ICR probes' layout, and known answers with three oracle
+memories (perfect, a window of tokens, the last K bindings), which the filler kinds must tell apart
+and whose capacities are known."""
 import math
 
 import pytest
 import torch
 
 from ovq_cl.base import IGNORE, SEP
+from strategies.evaluation.capacity import CapacityCurve, CapacityPoint, measure_capacity
 from strategies.evaluation.interference import InterferenceCurves, InterferencePoint, item_ladder, measure_interference
 from streams import icr_data
 from streams.icr import INTERFERENCE_KINDS, key_regions
@@ -118,3 +120,26 @@ def test_the_half_point_and_the_ladder_by_hand():
     assert curves.half_point("a") == 8 and curves.half_point("b") is None and curves.half_point("c") is None
     again = InterferenceCurves.from_dict(curves.as_dict())
     assert again == curves and "half at" in curves.table() and not math.isnan(pts[1].score)
+
+
+def test_the_capacity_probe_binds_distinct_keys_once_and_queries_among_all_of_them():
+    probe = icr_data(OPTIONS).capacity_probe
+    x, y = probe(40, 2)[1]
+    assert x.shape == (2 * 40 + 1 + 2 * 4,) and int(x[80]) == SEP and int((y != IGNORE).sum()) == 4
+    facts = dict(zip(x[:80:2].tolist(), x[1:80:2].tolist()))
+    assert len(facts) == 40 and [facts[k] for k in x[81::2].tolist()] == y[y != IGNORE].tolist()
+    with pytest.raises(ValueError, match="facts must be in \\[1, n_keys=64\\]"):
+        probe(65, 1)
+
+
+@pytest.mark.parametrize("rule, size, held", [("perfect", 0, 64), ("last_k", 16, 16), ("window", 32, 16)])
+def test_capacity_of_oracle_memories_by_hand(rule, size, held):
+    """A perfect memory holds all 64 keys; the last 16 bindings hold 16 facts (32 facts: half recalled,
+    skill just under 0.5); a 32-token window holds the last ~16 bindings."""
+    data = icr_data(OPTIONS)
+    model = BindingOracle(data.info.vocab_size, 64, rule, size)
+    curve = measure_capacity(model, data.capacity_probe, [4, 8, 16, 32, 64], "accuracy", episodes=16, batch_size=16)
+    assert curve.capacity() == held, curve.table()
+    assert CapacityCurve.from_dict(curve.as_dict()) == curve
+    low = CapacityCurve("accuracy", [CapacityPoint(4, 0.2, 0, 0.1, 0.1, 8), CapacityPoint(8, 1.0, 0, 0.1, 1.0, 8)])
+    assert low.capacity() is None                      # counted up from the fewest, stopped at the first below

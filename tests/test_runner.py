@@ -366,7 +366,8 @@ def test_interference_curves_are_measured_logged_recorded_and_tabled(in_tmp):
     from experiments import compare
 
     root, uri = in_tmp
-    gate = {"interference": ["neutral", "other_region"], "interference_max_items": 4, "interference_episodes": 4}
+    gate = {"interference": ["neutral", "other_region"], "interference_max_items": 4, "interference_episodes": 4,
+            "capacity_facts": [2, 8]}
     cfg = cfg_for(root, "interference", gate=gate)
     result = run(cfg)
     curves = result.interference["curves"]
@@ -378,10 +379,13 @@ def test_interference_curves_are_measured_logged_recorded_and_tabled(in_tmp):
     assert record["interference"] == result.interference
     table = compare.interference_table([compare.record_from_json(record)])
     assert "| other_region | 1 |" in table and "@ 4 items" in table
+    assert [p["facts"] for p in result.capacity["curve"]["points"]] == [2, 8] and record["capacity"] == result.capacity
+    assert sorted(m.step for m in MlflowClient(uri).get_metric_history(result.run_id, "capacity")) == [2, 8]
+    assert "@ 8 facts" in compare.capacity_table([compare.record_from_json(record)])
     # without curves the identity is the one a config written before they existed has
     plain = cfg_for(root, "interference")
     d = plain.to_dict()
-    assert plain.identity() == cfg_for(root, "interference", gate={"interference": []}).identity()
+    assert plain.identity() == cfg_for(root, "interference", gate={"interference": [], "capacity_facts": []}).identity()
     assert "interference" in d["gate"] and cfg.identity() != plain.identity()
 
 
@@ -392,4 +396,7 @@ def test_interference_on_a_stream_without_the_probe_is_refused_before_anything_r
         run(cfg)
     cfg = cfg_for(tmp_path, "bad", gate={"interference": ["noise"]}, tracking={"enabled": False})
     with pytest.raises(ValueError, match="gate.interference: icr interference probe: kind must be one of"):
+        run(cfg)
+    cfg = cfg_for(tmp_path, "bad", gate={"capacity_facts": [4, 1000]}, tracking={"enabled": False})
+    with pytest.raises(ValueError, match="gate.capacity_facts: icr capacity probe: facts must be in"):
         run(cfg)
