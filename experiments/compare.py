@@ -471,7 +471,8 @@ def capacity_table(records: Iterable[RunRecord]) -> str:
     if not groups:
         return ""
     ladder = sorted({p["facts"] for runs in groups.values() for r in runs for p in r.capacity["curve"]["points"]})
-    head = ["configuration", "n", *[f"@ {n} facts" for n in ladder], "capacity per seed (facts)", "state bytes/layer/lane"]
+    head = ["configuration", "n", *[f"@ {n} facts" for n in ladder], "capacity per seed (facts)",
+            "bound per layer (facts)", "state bytes/layer/lane"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(groups):
         runs = groups[key]
@@ -481,6 +482,8 @@ def capacity_table(records: Iterable[RunRecord]) -> str:
             cells.append(mean_interval(scores).format() if any(not math.isnan(x) for x in scores) else "-")
         cells.append(", ".join(f"<{r.capacity['curve']['points'][0]['facts']}" if r.capacity.get("capacity") is None
                                else str(r.capacity["capacity"]) for r in runs))
+        bounds = runs[0].capacity.get("bound_per_layer") or []
+        cells.append(", ".join("unbounded" if b is None else str(b) for b in bounds) or "-")
         cells.append(_bytes_cell(runs))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

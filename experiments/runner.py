@@ -624,7 +624,9 @@ def capacity_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, An
                                  cfg.gate.interference_episodes, cfg.gate.batch_size, device=run.device,
                                  context=bench.info.metric_context)
     held = curve.capacity(cfg.gate.span_level)
-    out = {"curve": curve.as_dict(), "capacity": held, "level": cfg.gate.span_level}
+    # beside the measurement, what each layer's shapes allow (Mixer.fact_capacity_bound; None: unbounded/unknown)
+    bounds = [m.fact_capacity_bound() for m in getattr(session.model, "mixers", [])]
+    out = {"curve": curve.as_dict(), "capacity": held, "level": cfg.gate.span_level, "bound_per_layer": bounds}
     tracker.log_metric_values([("capacity", p.score, p.facts) for p in curve.points])
     if held is not None:
         tracker.log_metrics({"capacity/facts": float(held)}, step=0)

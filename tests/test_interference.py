@@ -143,3 +143,19 @@ def test_capacity_of_oracle_memories_by_hand(rule, size, held):
     assert CapacityCurve.from_dict(curve.as_dict()) == curve
     low = CapacityCurve("accuracy", [CapacityPoint(4, 0.2, 0, 0.1, 0.1, 8), CapacityPoint(8, 1.0, 0, 0.1, 1.0, 8)])
     assert low.capacity() is None                      # counted up from the fewest, stopped at the first below
+
+
+def test_each_mixers_capacity_bound_comes_from_its_shapes():
+    """What the capacity curve is compared with: slots, codes, the bindings a window sees, the key width
+    of an outer-product state (Based's Taylor features: 1 + d + d(d+1)/2), none for a growing cache."""
+    from ovq_cl.layers import build_mixer
+
+    d_model, heads = 32, 2                                 # head_dim 16
+    assert build_mixer("ovq", d_model, heads, {"num_slots": 24}).fact_capacity_bound() == 24
+    assert build_mixer("vq", d_model, heads, {"codebook_size": 40}).fact_capacity_bound() == 40
+    assert build_mixer("swa", d_model, heads, {"window": 9}).fact_capacity_bound() == 4
+    assert build_mixer("full", d_model, heads).fact_capacity_bound() is None
+    assert build_mixer("delta", d_model, heads).fact_capacity_bound() == 16
+    assert build_mixer("deltanet", d_model, heads).fact_capacity_bound() == 16
+    assert build_mixer("ssm", d_model, heads).fact_capacity_bound() == 16
+    assert build_mixer("linear", d_model, heads, {"feature_map": "taylor"}).fact_capacity_bound() == 1 + 16 + 16 * 17 // 2

@@ -381,6 +381,7 @@ def test_interference_curves_are_measured_logged_recorded_and_tabled(in_tmp):
     assert "| other_region | 1 |" in table and "@ 4 items" in table
     assert [p["facts"] for p in result.capacity["curve"]["points"]] == [2, 8] and record["capacity"] == result.capacity
     assert sorted(m.step for m in MlflowClient(uri).get_metric_history(result.run_id, "capacity")) == [2, 8]
+    assert result.capacity["bound_per_layer"] == [16]                           # TINY: OVQ, 16 slots
     assert "@ 8 facts" in compare.capacity_table([compare.record_from_json(record)])
     # without curves the identity is the one a config written before they existed has
     plain = cfg_for(root, "interference")

@@ -113,6 +113,12 @@ class Mixer(nn.Module):
         """Bytes of the state after ``seq_len`` tokens (analytic; equals ``state.nbytes``)."""
         raise NotImplementedError
 
+    def fact_capacity_bound(self) -> Optional[int]:
+        """About how many key-value facts one head's state can hold at once, from its shapes alone (what
+        the capacity curve is compared with): None when the state grows with the sequence or the bound
+        is unknown (a user mixer that does not say)."""
+        return None
+
     def shared_memory_nbytes(self) -> int:
         """Bytes of the shared memory about the data (``shared_memory_buffers``): 0 for most mixers."""
         return sum(int(getattr(self, name).nbytes) for name in self.shared_memory_buffers)

@@ -110,6 +110,10 @@ class GatedDeltaNet(Mixer):
         seen = 0 if state is None else state.seen
         return self.o_proj(o.reshape(B, T, -1)), DeltaState(S=S, seen=seen + T, conv=cache)
 
+    def fact_capacity_bound(self) -> Optional[int]:
+        """A Dk x Dv delta-rule state holds about Dk near-orthogonal keys: ``head_dim``."""
+        return self.head_dim
+
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         return batch_size * (self.n_heads * self.head_dim * self.head_dim + cache_numel(self.conv)) * elem_size(dtype)
 

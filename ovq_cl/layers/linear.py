@@ -82,6 +82,10 @@ class LinearAttention(Mixer):
         state = LinearMixerState(S=op_state.S, z=op_state.z, seen=op_state.seen, conv=cache)
         return self.o_proj(o.reshape(B, T, -1)), state
 
+    def fact_capacity_bound(self) -> Optional[int]:
+        """An f x d outer-product memory recalls about f near-orthogonal keys: f, the feature dimension."""
+        return feature_dim(self.feature_map, self.head_dim)
+
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         d = self.head_dim
         f = feature_dim(self.feature_map, d)

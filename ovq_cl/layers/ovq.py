@@ -67,6 +67,10 @@ class OVQAttention(Mixer):
         o, state = ovq_attention(q, k, v, self.log_beta.exp(), self.params, initial_state=state, backend=self.backend)
         return self.o_proj(o.reshape(B, T, -1)), state
 
+    def fact_capacity_bound(self) -> Optional[int]:
+        """One fact per slot: ``num_slots``."""
+        return self.params.num_slots
+
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         n, d, L = self.params.num_slots, self.head_dim, self.params.chunk_size
         per_head = n * (2 * d + 1) + (seq_len % L) * 2 * d

@@ -57,6 +57,11 @@ class SoftmaxAttention(Mixer):
         o, state = softmax_attention(q, k, v, window=self.window, initial_state=state)
         return self.o_proj(o.reshape(B, T, -1)), state
 
+    def fact_capacity_bound(self) -> Optional[int]:
+        """Full attention: none (its cache grows); a window of W tokens: the (W - 1) // 2 bindings of two
+        tokens it still sees."""
+        return None if self.window is None else (self.window - 1) // 2
+
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         kept = seq_len if self.window is None else min(seq_len, self.window - 1)
         return batch_size * self.n_heads * kept * 2 * self.head_dim * elem_size(dtype)

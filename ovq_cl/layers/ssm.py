@@ -79,5 +79,9 @@ class SSMMixer(Mixer):
         o = norm_and_gate(o, x, self.o_norm, self.g_proj)
         return self.o_proj(o.reshape(B, T, -1)), SSMMixerState(S=op_state.S, seen=op_state.seen, conv=cache)
 
+    def fact_capacity_bound(self) -> Optional[int]:
+        """Its state is head_dim x head_dim per head, written by outer products: about ``head_dim`` keys."""
+        return self.head_dim
+
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         return batch_size * (self.n_heads * self.head_dim * self.head_dim + cache_numel(self.conv)) * elem_size(dtype)

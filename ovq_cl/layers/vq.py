@@ -127,6 +127,10 @@ class VQAttention(Mixer):
         # a new tensor, not an in-place write: this forward's graph saved the old codebook
         self.codebook = l2norm(self.ema_sums / self.ema_counts.clamp_min(1e-6).unsqueeze(-1))
 
+    def fact_capacity_bound(self) -> Optional[int]:
+        """One fact per code (its running mean of values): ``codebook_size``."""
+        return int(self.codebook.shape[1])
+
     def state_nbytes(self, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float32) -> int:
         S, d, L = self.codebook.shape[1], self.head_dim, self.chunk_size
         prev = L if seq_len >= L else 0
