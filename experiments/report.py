@@ -59,8 +59,9 @@ How to read the tables (definitions in `docs/measurement.md`):
 - **Many tests**: the verdict table adjusts its p-values with Holm's method within each stream family
   and endpoint; every paired table adjusts within itself, per metric (`p Holm`). Words (`holds more`,
   `forgets less`) follow the adjusted p. With 5 seeds an exact Wilcoxon test cannot go below 0.0625.
-  The findings of sections 1-12 were written before the correction and quote raw p; their paired
-  tables show the adjusted p beside it, and the verdict above states only what survives it.
+  The findings of sections 1-12 were written before the correction and then re-read against it: each
+  raw p they quote has the Holm p of its paired table beside it, and a difference that does not
+  survive is no longer stated as one.
 """
 
 
