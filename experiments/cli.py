@@ -12,6 +12,7 @@ import sys
 from typing import List, Optional
 
 from experiments.arguments import LENGTHS_DEFAULT, build_parser, parse_args
+from experiments.messages import say, silent
 from experiments.run_lock import RunInUse
 
 
@@ -290,16 +291,6 @@ def metric_span(span, curve) -> str:
     if span is not None:
         return f"below the level from {span} tokens"
     return f"above the level up to {curve.points[-1].delay} tokens" if curve.points else "not measured"
-
-
-def say(message: str) -> None:
-    """A message on stderr, flushed (stdout is for tables and results; a Ray trial's stderr reaches the
-    driver's)."""
-    print(message, file=sys.stderr, flush=True)
-
-
-def silent(message: str) -> None:
-    """No message (``--quiet``)."""
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Callable, List, Optional, Tuple
 
+from experiments.messages import say, silent
+
 
 def _trial(cfg, parent_run_id: Optional[str], rerun: bool, cwd: str, threads: int, messages: bool = True):
     """One configuration in a Ray worker; returns the RunResult. No progress: a worker's output reaches
@@ -42,7 +44,6 @@ def _trial(cfg, parent_run_id: Optional[str], rerun: bool, cwd: str, threads: in
     from ovq_cl.base import load_plugins
 
     load_plugins(cfg.plugins)                    # a user's mixers, streams, ... registered in this worker too
-    from experiments.cli import say, silent
     from experiments.runner import run
 
     cfg.progress = False
