@@ -568,17 +568,22 @@ def delay_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
                          **({"delay/span": float(span)} if span is not None else {})}, step=0)
     tracker.set_tags({"recalls_at_learning_delay": _gate_tag(d_gate["learned"]),
                       "delay_gate_required": str(required).lower()})
-    tracker.log_dict(out, "delay_curve.json")
-    tracker.log_text(curve.table(), "delay_curve.txt")
-    fig = plot_delay_curve(curve, cfg.label(), {"learning delay": delays["learning"], "longest": delays["longest"]})
-    tracker.log_figure(fig, "delay_curve.png")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    _log_probe_artifacts(tracker, "delay_curve", out, curve.table(), plot_delay_curve(
+        curve, cfg.label(), {"learning delay": delays["learning"], "longest": delays["longest"]}))
     if cfg.progress:
         print(f"delay-recall curve ({cfg.label()}), learning delay {delays['learning']} tokens, span "
               f"{'> ' + str(curve.points[-1].delay) if span is None else span}:\n{curve.table()}", flush=True)
     return out
+
+
+def _log_probe_artifacts(tracker, name: str, record: Dict[str, Any], table: str, fig) -> None:
+    """A probe's artifacts: ``name``.json (its record), .txt (its table), .png (its plot, then closed)."""
+    import matplotlib.pyplot as plt
+
+    tracker.log_dict(record, f"{name}.json")
+    tracker.log_text(table, f"{name}.txt")
+    tracker.log_figure(fig, f"{name}.png")
+    plt.close(fig)
 
 
 def interference_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
@@ -600,13 +605,7 @@ def interference_record(run: ResolvedRun, session: Session, tracker) -> Dict[str
                                for kind, points in curves.curves.items() for p in points])
     tracker.log_metrics({f"interference/{kind}/half_items": float(n) for kind, n in halves.items() if n is not None},
                         step=0)
-    tracker.log_dict(out, "interference.json")
-    tracker.log_text(curves.table(), "interference.txt")
-    fig = plot_interference(curves, cfg.label())
-    tracker.log_figure(fig, "interference.png")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    _log_probe_artifacts(tracker, "interference", out, curves.table(), plot_interference(curves, cfg.label()))
     if cfg.progress:
         print(f"interference curves ({cfg.label()}), score against intervening items:\n{curves.table()}", flush=True)
     return out
@@ -630,13 +629,7 @@ def capacity_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, An
     tracker.log_metric_values([("capacity", p.score, p.facts) for p in curve.points])
     if held is not None:
         tracker.log_metrics({"capacity/facts": float(held)}, step=0)
-    tracker.log_dict(out, "capacity.json")
-    tracker.log_text(curve.table(), "capacity.txt")
-    fig = plot_capacity(curve, cfg.label())
-    tracker.log_figure(fig, "capacity.png")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    _log_probe_artifacts(tracker, "capacity", out, curve.table(), plot_capacity(curve, cfg.label()))
     if cfg.progress:
         print(f"capacity curve ({cfg.label()}), capacity {held}:\n{curve.table()}", flush=True)
     return out
@@ -646,27 +639,24 @@ def check_interference(cfg: RunConfig, bench) -> None:
     """``gate.interference`` asks for kinds the stream's probe knows and ``gate.capacity_facts`` for
     numbers of facts it can make, or the stream has no such probe: one line, before anything runs (each
     is built once, with one tiny item)."""
-    if cfg.gate.capacity_facts:
-        capacity = getattr(bench, "capacity_probe", None)
-        if capacity is None:
-            raise ValueError(f"gate.capacity_facts: stream {cfg.stream.name!r} has no capacity probe "
-                             "(set gate.capacity_facts=[])")
-        for n in cfg.gate.capacity_facts:
-            try:
-                capacity(n, 1)
-            except ValueError as err:
-                raise ValueError(f"gate.capacity_facts: {err}") from err
-    if not cfg.gate.interference:
+    _check_probe(bench, "interference_probe", "gate.interference", cfg.stream.name,
+                 [(kind, 1, 1) for kind in cfg.gate.interference])
+    _check_probe(bench, "capacity_probe", "gate.capacity_facts", cfg.stream.name,
+                 [(n, 1) for n in cfg.gate.capacity_facts])
+
+
+def _check_probe(bench, attribute: str, key: str, stream: str, calls: List[tuple]) -> None:
+    """Builds the first item of ``bench.<attribute>(*args)`` for each of ``calls``; one line naming ``key``."""
+    if not calls:
         return
-    probe = getattr(bench, "interference_probe", None)
+    probe = getattr(bench, attribute, None)
     if probe is None:
-        raise ValueError(f"gate.interference: stream {cfg.stream.name!r} has no interference probe "
-                         "(set gate.interference=[])")
-    for kind in cfg.gate.interference:
+        raise ValueError(f"{key}: stream {stream!r} has no {attribute.replace('_', ' ')} (set {key}=[])")
+    for args in calls:
         try:
-            probe(kind, 1, 1)[0]
+            probe(*args)[0]
         except ValueError as err:
-            raise ValueError(f"gate.interference: {err}") from err
+            raise ValueError(f"{key}: {err}") from err
 
 
 # ------------------------------------------------------------------------------------ 3. the stream

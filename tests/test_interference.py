@@ -115,8 +115,10 @@ def test_a_last_k_memory_loses_facts_to_new_bindings_not_to_time():
 
 def test_the_half_point_and_the_ladder_by_hand():
     assert item_ladder(256) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256] and item_ladder(5) == [0, 1, 2, 4, 5]
-    pts = [InterferencePoint(n, 2 * n, s, 0.0, 0.1, sk, 8) for n, s, sk in ((0, 1.0, 1.0), (4, 0.6, 0.55), (8, 0.5, 0.45))]
-    curves = InterferenceCurves("accuracy", 2, {"a": pts, "b": pts[:2], "c": [InterferencePoint(0, 0, 0.1, 0, 0.1, 0.0, 8)]})
+    pts = [InterferencePoint(items=n, tokens=2 * n, score=s, standard_error=0.0, chance=0.1, skill=sk, episodes=8)
+           for n, s, sk in ((0, 1.0, 1.0), (4, 0.6, 0.55), (8, 0.5, 0.45))]
+    flat = InterferencePoint(items=0, tokens=0, score=0.1, standard_error=0, chance=0.1, skill=0.0, episodes=8)
+    curves = InterferenceCurves("accuracy", 2, {"a": pts, "b": pts[:2], "c": [flat]})
     assert curves.half_point("a") == 8 and curves.half_point("b") is None and curves.half_point("c") is None
     again = InterferenceCurves.from_dict(curves.as_dict())
     assert again == curves and "half at" in curves.table() and not math.isnan(pts[1].score)
@@ -141,7 +143,8 @@ def test_capacity_of_oracle_memories_by_hand(rule, size, held):
     curve = measure_capacity(model, data.capacity_probe, [4, 8, 16, 32, 64], "accuracy", episodes=16, batch_size=16)
     assert curve.capacity() == held, curve.table()
     assert CapacityCurve.from_dict(curve.as_dict()) == curve
-    low = CapacityCurve("accuracy", [CapacityPoint(4, 0.2, 0, 0.1, 0.1, 8), CapacityPoint(8, 1.0, 0, 0.1, 1.0, 8)])
+    low = CapacityCurve("accuracy", [CapacityPoint(facts=n, score=s, standard_error=0, chance=0.1, skill=k, episodes=8)
+                                     for n, s, k in ((4, 0.2, 0.1), (8, 1.0, 1.0))])
     assert low.capacity() is None                      # counted up from the fewest, stopped at the first below
 
 

@@ -132,7 +132,8 @@ def test_filler_ladder_reaches_the_longest_delay():
 
 
 def test_span_for_a_lower_is_better_metric():
-    pts = [DelayPoint(f, f * 10, s, 0.0, 1.0, 0.0, 4) for f, s in ((0, 0.1), (1, 0.3), (2, 0.7))]
+    pts = [DelayPoint(filler_episodes=f, delay=f * 10, score=s, standard_error=0.0, chance=1.0, skill=0.0, episodes=4)
+           for f, s in ((0, 0.1), (1, 0.3), (2, 0.7))]
     assert DelayCurve("mse", pts).span(0.5) == 20
     assert DelayCurve("accuracy", pts).span(0.5) == 0
 

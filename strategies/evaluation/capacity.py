@@ -19,19 +19,14 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from strategies.evaluation.gate import GateResult, measure_gate
+from strategies.evaluation.gate import ProbePoint, probe_scores
 
 
 @dataclass
-class CapacityPoint:
+class CapacityPoint(ProbePoint):
     """One point: ``facts`` facts bound once, then queried."""
 
     facts: int
-    score: float
-    standard_error: float
-    chance: float
-    skill: float
-    episodes: int
 
 
 @dataclass
@@ -72,9 +67,8 @@ def measure_capacity(model: torch.nn.Module, probe: Callable[[int, int], Dataset
     """The model's score on ``probe(facts, episodes)`` for every number of facts in ``ladder``."""
     curve = CapacityCurve(metric)
     for n in sorted(set(int(n) for n in ladder)):
-        g: GateResult = measure_gate(model, probe(n, episodes), metric, min_skill=math.inf, batch_size=batch_size,
-                                     device=device, context=context)
-        curve.points.append(CapacityPoint(n, g.score, g.standard_error, g.chance, g.skill, g.episodes))
+        curve.points.append(CapacityPoint(facts=n, **probe_scores(model, probe(n, episodes), metric, batch_size,
+                                                                  device, context)))
     return curve
 
 

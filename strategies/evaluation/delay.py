@@ -25,21 +25,16 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from strategies.evaluation.gate import GateResult, measure_gate
+from strategies.evaluation.gate import GateResult, ProbePoint, probe_scores
 from strategies.evaluation.metrics import higher_is_better
 
 
 @dataclass
-class DelayPoint:
-    """One point of the curve: ``delay`` tokens between the facts and their queries."""
+class DelayPoint(ProbePoint):
+    """One point of the curve: ``delay`` tokens (``filler_episodes`` episodes) between the facts and their queries."""
 
     filler_episodes: int
     delay: int
-    score: float
-    standard_error: float
-    chance: float
-    skill: float
-    episodes: int
 
 
 @dataclass
@@ -101,9 +96,8 @@ def measure_delay_curve(model: torch.nn.Module, probe: Callable[[int, int], Data
     state, eval mode); delay = f * ``episode_tokens``."""
     curve = DelayCurve(metric)
     for f in sorted(set(int(f) for f in fillers)):
-        g: GateResult = measure_gate(model, probe(f, episodes), metric, min_skill=math.inf,
-                                     batch_size=batch_size, device=device, context=context)
-        curve.points.append(DelayPoint(f, f * episode_tokens, g.score, g.standard_error, g.chance, g.skill, g.episodes))
+        curve.points.append(DelayPoint(filler_episodes=f, delay=f * episode_tokens,
+                                       **probe_scores(model, probe(f, episodes), metric, batch_size, device, context)))
     return curve
 
 

@@ -23,13 +23,33 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ovq_cl.base import collate_episodes
 from strategies.evaluation.metrics import SequenceScore, chance_score, skill
+
+@dataclass
+class ProbePoint:
+    """A probe's score on a set of items, each from a fresh state (what every point of the delay,
+    interference and capacity curves measures), with its s.e., chance and skill as in the gate."""
+
+    score: float
+    standard_error: float
+    chance: float
+    skill: float
+    episodes: int
+
+
+def probe_scores(model: torch.nn.Module, dataset, metric: str, batch_size: int, device="cpu",
+                 context: Optional[dict] = None) -> Dict[str, Any]:
+    """The fields of a :class:`ProbePoint` for ``dataset`` (the gate's measurement, no threshold)."""
+    g = measure_gate(model, dataset, metric, min_skill=math.inf, batch_size=batch_size, device=device, context=context)
+    return {"score": g.score, "standard_error": g.standard_error, "chance": g.chance, "skill": g.skill,
+            "episodes": g.episodes}
+
 
 @dataclass
 class GateResult:

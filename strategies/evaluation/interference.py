@@ -22,20 +22,15 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from strategies.evaluation.gate import GateResult, measure_gate
+from strategies.evaluation.gate import ProbePoint, probe_scores
 
 
 @dataclass
-class InterferencePoint:
+class InterferencePoint(ProbePoint):
     """One point: ``items`` intervening items (``tokens`` tokens) between the facts and their queries."""
 
     items: int
     tokens: int
-    score: float
-    standard_error: float
-    chance: float
-    skill: float
-    episodes: int
 
 
 @dataclass
@@ -105,10 +100,8 @@ def measure_interference(model: torch.nn.Module, probe: Callable[[str, int, int]
     for kind in kinds:
         points = []
         for n in sorted(set(int(n) for n in ladder)):
-            g: GateResult = measure_gate(model, probe(kind, n, episodes), metric, min_skill=math.inf,
-                                         batch_size=batch_size, device=device, context=context)
-            points.append(InterferencePoint(n, n * tokens_per_item, g.score, g.standard_error, g.chance, g.skill,
-                                            g.episodes))
+            points.append(InterferencePoint(items=n, tokens=n * tokens_per_item, **probe_scores(
+                model, probe(kind, n, episodes), metric, batch_size, device, context)))
         out.curves[kind] = points
     return out
 
