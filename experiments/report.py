@@ -180,13 +180,10 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
     # one line per configuration apart from its size: a mixer's groups that differ in more than the
     # budget (and the knob it sets) are told apart by the params that vary among them
     sized = ("state_budget=", ".num_slots=", ".codebook_size=", ".window=", ".head_dim=", "layers=")
-    mixer_of = {k: "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or k for k, runs in groups.items()}
-    rest = {k: [p for p in k.split(", ") if not any(t in p for t in sized)] for k in groups}
+    settings = _mixer_settings(groups, ignore=lambda p: any(t in p for t in sized))
     for key, runs in groups.items():
-        same_mixer = [set(rest[k]) for k in groups if mixer_of[k] == mixer_of[key]]
-        shared = set.intersection(*same_mixer)
-        extra = [p.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + p.split("=", 1)[1] for p in rest[key] if p not in shared]
-        mixer = mixer_of[key] + (f" ({', '.join(extra)})" if extra else "")
+        mixer_name, extra = settings[key]
+        mixer = mixer_name + (f" ({', '.join(extra)})" if extra else "")
         sizes = [statistics.fmean(r.state_bytes) for r in runs if r.state_bytes]
         if not sizes:
             continue
@@ -290,13 +287,24 @@ def frontier_points(records: List[compare.RunRecord]) -> Dict[str, List[tuple]]:
     configuration. A mixer is ``model.layers``; its setting is what differs among that mixer's
     configurations (its knob), "default" when it has one configuration."""
     groups = compare.group_records(records)
-    mixer_of = {k: "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or k for k, runs in groups.items()}
+    settings = _mixer_settings(groups)
     out: Dict[str, List[tuple]] = {}
     for key, runs in sorted(groups.items()):
-        shared = set.intersection(*(set(k.split(", ")) for k in groups if mixer_of[k] == mixer_of[key]))
-        setting = ", ".join(p.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + p.split("=", 1)[1]
-                            for p in key.split(", ") if p not in shared) or "default"
-        out.setdefault(mixer_of[key], []).append((setting, runs))
+        mixer, extra = settings[key]
+        out.setdefault(mixer, []).append((", ".join(extra) or "default", runs))
+    return out
+
+
+def _mixer_settings(groups: Dict[str, list], ignore=lambda param: False) -> Dict[str, tuple]:
+    """{group: (mixer, [short "key=value" of the params that set it apart from the mixer's other
+    groups])}: a mixer is ``model.layers`` joined by '+'; params for which ``ignore`` is true are left out."""
+    mixer_of = {k: "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or k for k, runs in groups.items()}
+    rest = {k: [p for p in k.split(", ") if not ignore(p)] for k in groups}
+    out = {}
+    for key in groups:
+        shared = set.intersection(*(set(rest[k]) for k in groups if mixer_of[k] == mixer_of[key]))
+        out[key] = (mixer_of[key], [p.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + p.split("=", 1)[1]
+                                    for p in rest[key] if p not in shared])
     return out
 
 
