@@ -37,7 +37,8 @@ REPORTING_KEYS = ("gate.delay",)
 # params that newer code logs with a value meaning "absent" (runs logged before the key existed lack
 # it): such a value is dropped, so that old and new runs of one config stay one config (as in
 # RunConfig.identity, which drops an empty after_meta)
-ABSENT_VALUES = {"after_meta.model": "{}", "gate.interference": "[]", "gate.capacity_facts": "[]"}
+ABSENT_VALUES = {"after_meta.model": "{}", "gate.interference": "[]", "gate.capacity_facts": "[]",
+                 "meta_train.retention_loss": "0.0"}
 
 
 def _params(p: Dict[str, Any]) -> Dict[str, Any]:

@@ -46,6 +46,7 @@ class MetaTrainSection:
     lr: float = 3e-3
     checkpoint_every: int = 100            # meta-training steps between checkpoints (0 = never)
     tbptt: int = 0                         # tokens per truncated-BPTT segment of a meta-training item (0 = whole item)
+    retention_loss: float = 0.0            # weight of the auxiliary loss on answers recalled from earlier episodes
 
 
 DELAY_GATES = ("none", "experience")
@@ -164,6 +165,8 @@ class RunConfig:
         _require(cfg.meta_train.lr > 0, "meta_train.lr", "> 0", cfg.meta_train.lr)
         _require(cfg.meta_train.tbptt >= 0, "meta_train.tbptt", ">= 0 (0 = backpropagate through the whole item)",
                  cfg.meta_train.tbptt)
+        _require(cfg.meta_train.retention_loss >= 0, "meta_train.retention_loss",
+                 ">= 0 (0 = no auxiliary retention loss)", cfg.meta_train.retention_loss)
         _require(cfg.gate.delay_max_tokens is None or cfg.gate.delay_max_tokens >= 1, "gate.delay_max_tokens",
                  ">= 1 or null (the stream's longest delay)", cfg.gate.delay_max_tokens)
         _require(cfg.gate.delay_episodes >= 0, "gate.delay_episodes", ">= 0 (0 = no delay curve)", cfg.gate.delay_episodes)
@@ -281,6 +284,8 @@ class RunConfig:
         if self.resolved_device() != "cpu":
             d["device"] = self.resolved_device()          # another device can change the numbers
         d["meta_train"].pop("checkpoint_every", None)    # when to save does not change what is computed
+        if not d["meta_train"].get("retention_loss"):    # no retention loss: as before it existed
+            d["meta_train"].pop("retention_loss", None)
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     def label(self) -> str:

@@ -281,6 +281,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
     check_lanes(cfg, bench)
     check_interference(cfg, bench)
+    check_retention(cfg, bench)
     if bench.info.vocab_size is not None:
         cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
     with _rng_kept():                     # after seeding: what the run draws must not depend on after_meta
@@ -486,7 +487,8 @@ def _meta_train(run: ResolvedRun, session: Session, tracker, progress: Optional[
     m = cfg.meta_train
     training = MetaTraining(session.model, run.bench.meta_train, steps=m.steps, batch_size=m.batch_size, lr=m.lr,
                             metric=info.metric, seed=cfg.seed, progress=cfg.progress, resume=progress,
-                            context=info.metric_context, device=run.device, tbptt=m.tbptt)
+                            context=info.metric_context, device=run.device, tbptt=m.tbptt,
+                            recalled=getattr(run.bench, "meta_recalled", None), retention_loss=m.retention_loss)
     for done in training:
         if done.logged is not None:
             tracker.log_metrics(logged_metrics(done.logged, info.metric), done.step)
@@ -643,6 +645,13 @@ def check_interference(cfg: RunConfig, bench) -> None:
                  [(kind, 1, 1) for kind in cfg.gate.interference])
     _check_probe(bench, "capacity_probe", "gate.capacity_facts", cfg.stream.name,
                  [(n, 1) for n in cfg.gate.capacity_facts])
+
+
+def check_retention(cfg: RunConfig, bench) -> None:
+    """``meta_train.retention_loss`` > 0 needs the stream's recalled-answer masks: one line, before anything runs."""
+    if cfg.meta_train.retention_loss > 0 and cfg.meta_train.steps > 0 and getattr(bench, "meta_recalled", None) is None:
+        raise ValueError(f"meta_train.retention_loss: stream {cfg.stream.name!r} does not mark which meta-training "
+                         "answers recall earlier episodes (StreamData.meta_recalled); set meta_train.retention_loss=0")
 
 
 def _check_probe(bench, attribute: str, key: str, stream: str, calls: List[tuple]) -> None:

@@ -58,6 +58,22 @@ D episodes (up to (D + 1) * T tokens), and rebinding asks for the latest value, 
     [k v k v ... SEP q a q a]  [k v ... k' v' ... SEP q a ...]  ...    E episodes, x: [E * T]
        episode 0                 episode 1 (k' rebound, q from 0..1)
 
+**Long-horizon meta-training in blocks** (``meta_block_episodes`` B > 0): an item is E episodes in
+blocks of B, the structure of the stream itself with fresh random facts: block b draws a table of
+F = ``meta_block_facts`` facts (default ``facts_per_experience``), ``meta_rebind_fraction`` of them
+rebinding keys of the previous block's table to new values, the others over keys outside that table,
+those bound longest ago first (never-bound keys before any), with random values; so a block's facts stay
+valid until the key space runs out (64 keys, F = 16: four blocks). Each episode presents P facts of its
+block's table and asks Q distinct keys: ``meta_recall_fraction`` of them facts it did *not* present,
+presented in episodes e-D .. e-1 (D = ``meta_reach_back``, any block, their newest value; the stream's
+test queries), the others facts it presented. With B = 8, F = 16 and D >= 24 the queries reach back as
+far as the stream's forgetting is measured (three experiences of 8 episodes a lane). The answers to
+facts not presented in the episode are what the auxiliary retention loss (``meta_train.retention_loss``)
+weighs: ``StreamData.meta_recalled`` gives their positions (for E > 1 without blocks too)::
+
+    block 0 (table 0)                      block 1 (table 1, a quarter rebinding table 0's keys)
+    [k v ... SEP q a q a] x B  ...         [k v ... SEP q a (q0 a0) ...] x B    q0: a fact of an earlier episode
+
 **Delay probe** (``delay_probe(filler, n)``, for the delay-recall curve): a fresh set of
 ``facts_per_episode`` facts, then ``filler`` complete meta-training episodes over other keys, then SEP
 and ``queries_per_episode`` queries of the first facts; only those are scored. The delay is the
@@ -122,6 +138,10 @@ class ICRConfig(EpisodeStreamConfig):
     meta_sequence_episodes: int = 1       # E: episodes per meta-training sequence, the state carried through
     meta_reach_back: int = 0              # D: queries of episode e ask keys bound in episodes e-D .. e
     meta_rebind_fraction: float = 0.0     # share of an episode's facts that rebind a key of episodes e-D .. e-1
+    #                                       (blocks: share of a block's table rebinding the previous block's keys)
+    meta_block_episodes: int = 0          # B > 0: long-horizon items in blocks of B episodes over one table (docstring)
+    meta_block_facts: Optional[int] = None    # F: a block's table size; None -> facts_per_experience
+    meta_recall_fraction: float = 0.5     # blocks: share of an episode's queries asking facts it did not present
 
 
 @dataclass(frozen=True)
@@ -251,9 +271,27 @@ def _check(cfg: ICRConfig) -> None:
     require(cfg.meta_rebind_fraction == 0 or D >= 1, what,
             "meta_rebind_fraction > 0 needs meta_reach_back >= 1 (a rebound key is one an earlier episode bound)")
     require(cfg.meta_rebind_fraction == 0 or cfg.n_values >= 2, what, "meta_rebind_fraction > 0 needs n_values >= 2")
-    require((D + 1) * cfg.facts_per_episode <= cfg.n_keys, what,
-            f"meta_reach_back={D}: {D + 1} episodes of {cfg.facts_per_episode} facts with distinct keys need "
-            f"{(D + 1) * cfg.facts_per_episode} keys, but n_keys={cfg.n_keys}")
+    B = cfg.meta_block_episodes
+    require(B >= 0, what, f"meta_block_episodes must be >= 0 (0 = episodes with their own facts), got {B}")
+    if B == 0:
+        for key, default in (("meta_block_facts", None), ("meta_recall_fraction", 0.5)):
+            require(getattr(cfg, key) == default, what, f"{key} applies to meta_block_episodes > 0 only")
+        require((D + 1) * cfg.facts_per_episode <= cfg.n_keys, what,
+                f"meta_reach_back={D}: {D + 1} episodes of {cfg.facts_per_episode} facts with distinct keys need "
+                f"{(D + 1) * cfg.facts_per_episode} keys, but n_keys={cfg.n_keys}")
+    else:
+        F = block_facts(cfg)
+        require(cfg.facts_per_episode <= F <= cfg.n_keys, what,
+                f"meta_block_facts={F} must be in [facts_per_episode={cfg.facts_per_episode}, n_keys={cfg.n_keys}] "
+                "(an episode presents facts of its block's table)")
+        again = int(round(cfg.meta_rebind_fraction * F))
+        require(2 * F - again <= cfg.n_keys, what,
+                f"meta_block_facts={F}: a block takes {F - again} keys outside the previous block's {F}, "
+                f"so n_keys={cfg.n_keys} must be >= {2 * F - again}")
+        require(0 <= cfg.meta_recall_fraction <= 1, what,
+                f"meta_recall_fraction must be in [0, 1], got {cfg.meta_recall_fraction}")
+        require(cfg.meta_recall_fraction == 0 or D >= 1, what,
+                "meta_recall_fraction > 0 needs meta_reach_back >= 1 (recalled facts were presented in earlier episodes)")
     require(2 * cfg.facts_per_episode <= cfg.n_keys, what,
             f"the delay probe's filler needs keys other than its {cfg.facts_per_episode} facts: "
             f"n_keys={cfg.n_keys} must be >= 2 * facts_per_episode")
@@ -401,6 +439,91 @@ def _meta_sequence(cfg: ICRConfig, length: int, i: int):
     return torch.cat(xs), torch.cat(ys)
 
 
+def block_facts(cfg: ICRConfig) -> int:
+    """F: the table size of a long-horizon meta-training block."""
+    return cfg.meta_block_facts if cfg.meta_block_facts is not None else cfg.facts_per_experience
+
+
+def _meta_block_items(cfg: ICRConfig, length: int, i: int):
+    """Long-horizon meta-training item i (``meta_block_episodes`` B > 0, module docstring): E episodes in
+    blocks of B over one table each. Returns x, y [E * length] int64 and recalled [E * length] bool (the
+    answers to facts the episode did not present)."""
+    E, D, B, F = cfg.meta_sequence_episodes, cfg.meta_reach_back, cfg.meta_block_episodes, block_facts(cfg)
+    P, Q = cfg.facts_per_episode, cfg.queries_per_episode
+    rng = seeded_rng("icr", "meta_blocks", cfg.meta_seed, i)
+    all_keys = np.arange(2, 2 + cfg.n_keys, dtype=np.int64)
+    bound_in_block = np.full(cfg.n_keys, -1, np.int64)   # the block that last put key k in its table (-1: never)
+    latest: Dict[int, int] = {}                           # key -> its newest *presented* value
+    last_seen: Dict[int, int] = {}                        # key -> the episode that last presented it
+    table_k = np.zeros(0, np.int64)
+    table_v = np.zeros(0, np.int64)
+    pending: set = set()                                  # keys of this block's table not presented yet
+    xs, ys, ms = [], [], []
+    for e in range(E):
+        if e % B == 0:                                    # a new block: a new table
+            block = e // B
+            n_again = min(int(round(cfg.meta_rebind_fraction * F)), len(table_k))
+            again = rng.choice(table_k, n_again, replace=False) if n_again else np.zeros(0, np.int64)
+            outside = np.setdiff1d(all_keys, table_k)
+            # the keys bound longest ago first (never bound before any), ties at random: old facts stay
+            # valid as long as the key space allows, so queries can reach back across blocks
+            order = np.lexsort((rng.random(len(outside)), bound_in_block[outside - 2]))
+            fresh = outside[order[:F - n_again]]
+            in_table = dict(zip(table_k.tolist(), table_v.tolist()))
+            old_of_again = np.array([in_table[k] for k in again.tolist()], np.int64)
+            table_k = np.concatenate([fresh, again]).astype(np.int64)
+            table_v = np.concatenate([rng.integers(0, cfg.n_values, len(fresh)) + 2 + cfg.n_keys,
+                                      _new_values(old_of_again, cfg, rng)]).astype(np.int64)
+            bound_in_block[table_k - 2] = block
+            pending = set(table_k.tolist())
+        pick = rng.choice(F, P, replace=False)
+        keys, values = table_k[pick], table_v[pick]
+        pairs_k, pairs_v, twice = _presentation(keys, values, cfg, rng)
+        # recallable: facts presented in episodes e-D .. e-1, not in this episode, whose newest binding the
+        # model has seen (a key of this block's table still pending would be answered with a value to come)
+        recallable = sorted(k for k, at in last_seen.items()
+                            if at >= e - D and k not in pending and k not in set(keys.tolist()))
+        latest.update(zip(keys.tolist(), values.tolist()))
+        last_seen.update((k, e) for k in keys.tolist())
+        pending -= set(keys.tolist())
+        n_recall = min(int(round(cfg.meta_recall_fraction * Q)), Q - len(twice), len(recallable))
+        others = rng.permutation(np.setdiff1d(np.arange(P), twice))[: Q - n_recall - len(twice)]
+        current = keys[np.concatenate([twice, others]).astype(np.int64)]
+        recalled = rng.choice(np.array(recallable, np.int64), n_recall, replace=False) if n_recall else np.zeros(0, np.int64)
+        asked = rng.permutation(np.concatenate([current, recalled]).astype(np.int64))
+        answers = np.array([latest[k] for k in asked.tolist()], np.int64)
+        x, y = _layout(pairs_k, pairs_v, asked, answers, length)
+        mask = torch.zeros(length, dtype=torch.bool)
+        at = 2 * len(pairs_k) + 1 + 2 * np.flatnonzero(np.isin(asked, recalled))   # _layout: k v ... SEP q a ...
+        mask[torch.from_numpy(at)] = True
+        xs.append(x)
+        ys.append(y)
+        ms.append(mask)
+    return torch.cat(xs), torch.cat(ys), torch.cat(ms)
+
+
+def _meta_block_sequence(cfg: ICRConfig, length: int, i: int):
+    x, y, _ = _meta_block_items(cfg, length, i)
+    return x, y
+
+
+def _meta_recalled(cfg: ICRConfig, length: int, i: int) -> torch.Tensor:
+    """bool [E * length]: the positions of meta-training item i's answers to facts it did not present in
+    the same episode (the auxiliary retention loss, ``meta_train.retention_loss``, weighs them)."""
+    if cfg.meta_block_episodes > 0:
+        return _meta_block_items(cfg, length, i)[2]
+    x, y = _meta_sequence(cfg, length, i)
+    E = cfg.meta_sequence_episodes
+    mask = torch.zeros_like(y, dtype=torch.bool)
+    for e in range(E):                        # an episode's presented keys are its tokens before SEP
+        xe, ye = x[e * length:(e + 1) * length], y[e * length:(e + 1) * length]
+        sep = int((xe == SEP).nonzero()[0])
+        presented = set(xe[:sep:2].tolist())
+        for t in scored_mask(ye).nonzero().flatten().tolist():
+            mask[e * length + t] = int(xe[t]) not in presented
+    return mask
+
+
 def _delay_episode(cfg: ICRConfig, length: int, filler: int, i: int):
     """Delay-probe item i: P fresh facts, ``filler`` meta-training episodes over other keys, then SEP and
     Q scored queries of the first facts (module docstring). x, y: [2 * (P + rebind_within) + filler * length + 1 + 2 Q]."""
@@ -520,14 +643,17 @@ def icr_data(cfg: Any = None) -> StreamData:
         train.append(EpisodeDataset(_train_episode, (cfg, world.keys[j], world.values[j], T_train, j),
                                     cfg.train_episodes))
         test.append(EpisodeDataset(_test_episode, (cfg, world.test_keys[j], tables[j], T_test, j), cfg.test_episodes))
-    meta = EpisodeDataset(_meta_sequence, (cfg, T_train), cfg.meta_train_episodes)
+    make = _meta_block_sequence if cfg.meta_block_episodes > 0 else _meta_sequence
+    meta = EpisodeDataset(make, (cfg, T_train), cfg.meta_train_episodes)
+    recalled = EpisodeDataset(_meta_recalled, (cfg, T_train), cfg.meta_train_episodes)
     info = ICRInfo(
         name="icr", metric="accuracy", n_experiences=cfg.n_experiences, seq_len=T_train, test_seq_len=T_test,
         vocab_size=2 + cfg.n_keys + cfg.n_values, config=cfg, variant=cfg.variant, regions=key_regions(cfg),
         tables=tables, test_keys=[k.tolist() for k in world.test_keys], rebound=world.rebound,
     )
     return StreamData(train, test, meta, info, delay_probe=partial(delay_probe, cfg),
-                      interference_probe=partial(interference_probe, cfg), capacity_probe=partial(capacity_probe, cfg))
+                      interference_probe=partial(interference_probe, cfg), capacity_probe=partial(capacity_probe, cfg),
+                      meta_recalled=recalled)
 
 
 def icr_benchmark(cfg: Any = None):

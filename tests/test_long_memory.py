@@ -1,6 +1,7 @@
 """Long memory: meta-training sequences whose queries reach back D episodes (with rebinding), truncated
 BPTT, the delay probe, the delay-recall curve and the delay gate."""
 import math
+import re
 
 import pytest
 import torch
@@ -203,3 +204,158 @@ def test_the_cli_prints_the_delay_curve_and_every_gate(tmp_path, capsys):
     assert "delay-recall curve (fresh state, before the stream; span:" in out
     assert "delay gate (skill at the learning delay, 26 tokens)" in out      # 2 episodes of 13 tokens a lane
     assert "(informative, not a gate here)" in out and "learned gate (held-out episodes" in out
+
+
+# ---------------------------------------------------------------- long-horizon meta-training in blocks
+
+BLOCKS = {"n_experiences": 4, "n_keys": 64, "facts_per_experience": 16, "facts_per_episode": 8,
+          "queries_per_episode": 4, "meta_sequence_episodes": 40, "meta_reach_back": 31,
+          "meta_block_episodes": 8, "meta_rebind_fraction": 0.25, "meta_train_episodes": 64}
+
+
+@pytest.mark.parametrize("variant", ["basic", "positional"])
+def test_block_sequences_ask_the_newest_binding_and_reach_back_across_blocks(variant):
+    """Known answers of the generator: every answer is the key's newest presented value, every recalled
+    answer (the mask) is a key the episode did not present, last presented at most D episodes before, the
+    other answers keys it presented; episodes present facts of their block's table only; queries reach
+    back across blocks (to ~D episodes) and some rebind a key of the previous block."""
+    cfg = icr_config({**BLOCKS, "variant": variant})
+    data = icr_data(cfg)
+    T, E, D, B = train_len(cfg), cfg.meta_sequence_episodes, cfg.meta_reach_back, cfg.meta_block_episodes
+    reach, n_recalled, n_answers, rebound = [], 0, 0, 0
+    for i in range(12):
+        x, y = data.meta_train[i]
+        recalled = data.meta_recalled[i]
+        assert x.shape == y.shape == recalled.shape == (E * T,)
+        history, block_keys = {}, {}
+        for e, (xe, ye) in enumerate(_episodes(x, y, T)):
+            sep = int((xe == 1).nonzero()[0])
+            presented = xe[:sep:2].tolist()
+            block_keys.setdefault(e // B, set()).update(presented)
+            rebound += sum(k in block_keys.get(e // B - 1, ()) for k in set(presented)) if e % B == 0 else 0
+            for k, v in zip(presented, xe[1:sep:2].tolist()):
+                history.setdefault(k, []).append((e, v))
+            for t in (ye != IGNORE).nonzero().flatten().tolist():
+                key, label = int(xe[t]), int(ye[t])
+                last, newest = history[key][-1]
+                assert label == newest, "the answer is the key's newest binding"
+                is_recalled = bool(recalled[e * T + t])
+                assert is_recalled == (key not in presented)
+                if is_recalled:
+                    assert e - D <= last < e
+                    reach.append(e - last)
+                n_recalled += is_recalled
+                n_answers += 1
+            assert not (recalled[e * T:(e + 1) * T] & (ye == IGNORE)).any(), "only answers are marked"
+        assert all(len(keys) <= cfg.facts_per_experience for keys in block_keys.values()), "one table per block"
+    assert max(reach) >= 3 * B, "queries reach back across blocks"
+    assert 0.3 < n_recalled / n_answers < 0.5        # half of the queries after the first episode
+    assert rebound > 0
+
+
+def test_a_one_episode_memory_fails_exactly_the_recalled_answers_and_a_tracker_fails_none():
+    data = icr_data(BLOCKS)
+    T = data.info.seq_len
+    x, y = map(torch.stack, zip(*[data.meta_train[i] for i in range(3)]))
+    recalled = torch.stack([data.meta_recalled[i] for i in range(3)])
+    vocab = data.info.vocab_size
+    scored = y != IGNORE
+    out, _ = TableOracle(vocab, 64, "latest")(x)
+    assert bool((out.argmax(-1)[scored] == y[scored]).all())
+    # a memory of the current episode only: the tracker from a fresh state at every episode
+    out = torch.cat([TableOracle(vocab, 64, "latest")(xe)[0] for xe in x.split(T, dim=1)], 1)
+    right = (out.argmax(-1) == y) & (out.max(-1).values > 0)
+    assert bool(right[scored & ~recalled].all()) and not bool(right[recalled].any())
+
+
+def test_recalled_masks_of_sequences_without_blocks_mark_answers_to_earlier_episodes():
+    cfg = icr_config(LONG)
+    data = icr_data(cfg)
+    T = train_len(cfg)
+    for i in range(5):
+        x, y = data.meta_train[i]
+        mask = data.meta_recalled[i]
+        for e, (xe, ye) in enumerate(_episodes(x, y, T)):
+            sep = int((xe == 1).nonzero()[0])
+            presented = set(xe[:sep:2].tolist())
+            for t in range(T):
+                assert bool(mask[e * T + t]) == (int(ye[t]) != IGNORE and int(xe[t]) not in presented)
+    assert int(icr_data({}).meta_recalled[0].sum()) == 0, "single episodes recall nothing"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"meta_block_facts": 16}, "applies to meta_block_episodes > 0 only"),
+    ({**BLOCKS, "meta_block_facts": 40}, "n_keys=64 must be >= 70"),
+    ({**BLOCKS, "meta_block_facts": 4}, "must be in [facts_per_episode=8"),
+    ({**BLOCKS, "meta_reach_back": 0, "meta_rebind_fraction": 0.0}, "meta_recall_fraction > 0 needs meta_reach_back >= 1"),
+    ({**BLOCKS, "meta_recall_fraction": 1.5}, "meta_recall_fraction must be in [0, 1]"),
+])
+def test_bad_block_options_get_one_line(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        icr_config(options)
+
+
+def test_the_retention_loss_is_the_mean_loss_plus_lambda_times_the_mean_over_recalled_answers():
+    from strategies.evaluation.metrics import sequence_loss
+    from strategies.training.step import retention_weights
+    gen = torch.Generator().manual_seed(0)
+    out = torch.randn(3, 11, 7, generator=gen)
+    y = torch.randint(0, 7, (3, 11), generator=gen)
+    y[:, ::3] = IGNORE
+    recalled = (torch.rand(3, 11, generator=gen) < 0.4) & (y != IGNORE)
+    ce = torch.nn.functional.cross_entropy(out[y != IGNORE], y[y != IGNORE], reduction="none")
+    ce_recalled = torch.nn.functional.cross_entropy(out[recalled], y[recalled])
+    for lam in (0.0, 0.5, 2.0):
+        got = sequence_loss(out, y, retention_weights(y, recalled, lam))
+        assert torch.allclose(got, ce.mean() + lam * ce_recalled), lam
+    none = torch.zeros_like(recalled)
+    assert torch.equal(retention_weights(y, none, 2.0), torch.ones(3, 11))
+
+
+def test_truncated_bptt_with_answer_weights_computes_the_same_objective():
+    """Segments weighted by their share of the answers: the summed segment losses equal the full
+    objective with the same per-answer weights (values; gradients differ only by the truncation)."""
+    from strategies.training.step import retention_weights
+    data = icr_data(BLOCKS)
+    x, y = map(torch.stack, zip(*[data.meta_train[i] for i in range(2)]))
+    recalled = torch.stack([data.meta_recalled[i] for i in range(2)])
+    weights = retention_weights(y, recalled, 1.0)
+    losses = []
+    for tbptt in (0, 64):
+        torch.manual_seed(0)
+        model = DecoderLM(model_config({"vocab_size": data.info.vocab_size, "d_model": 16, "n_layers": 1,
+                                        "n_heads": 2, "layers": ["delta"]}))
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        loss, _, _ = train_step(model, opt, x, y, None, tbptt=tbptt, answer_weights=weights)
+        losses.append(float(loss))
+    assert math.isclose(losses[0], losses[1], rel_tol=1e-5)
+
+
+def test_the_retention_loss_trains_differently_and_zero_is_the_plain_objective():
+    """meta_train.retention_loss: 0 trains exactly as before the option existed (same identity, same
+    weights), > 0 changes the weights; a stream without recalled masks is refused before anything runs."""
+    from strategies.training.meta import MetaTraining
+    data = icr_data({**BLOCKS, "meta_sequence_episodes": 10, "meta_reach_back": 6})
+
+    def trained(**options):
+        torch.manual_seed(0)
+        model = DecoderLM(model_config({"vocab_size": data.info.vocab_size, "d_model": 16, "n_layers": 1,
+                                        "n_heads": 2, "layers": ["delta"]}))
+        for _ in MetaTraining(model, data.meta_train, steps=3, batch_size=4, lr=1e-2, metric="accuracy", **options):
+            pass
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    plain = trained()
+    assert torch.equal(plain, trained(recalled=data.meta_recalled, retention_loss=0.0))
+    assert not torch.allclose(plain, trained(recalled=data.meta_recalled, retention_loss=1.0))
+    with pytest.raises(ValueError, match="needs the stream's recalled-answer masks"):
+        MetaTraining(torch.nn.Linear(1, 1), data.meta_train, steps=1, batch_size=1, lr=1.0, metric="accuracy",
+                     retention_loss=1.0)
+    base = {**TINY, "tracking": {"enabled": False}, "checkpoint": {"enabled": False}}
+    assert run_config(base).identity() == run_config({**base, "meta_train": {**TINY["meta_train"],
+                                                                             "retention_loss": 0.0}}).identity()
+    with pytest.raises(ValueError, match="meta_train.retention_loss: stream 'text' does not mark"):
+        run(run_config({**base, "stream": {"name": "text", "options": {}},
+                        "meta_train": {**TINY["meta_train"], "retention_loss": 1.0}}))
+    with pytest.raises(ValueError, match="meta_train.retention_loss"):
+        run_config({**base, "meta_train": {**TINY["meta_train"], "retention_loss": -1.0}})

@@ -114,14 +114,22 @@ def scored(out: torch.Tensor, y: torch.Tensor):
     raise ValueError(f"cannot score outputs {tuple(out.shape)} against labels {tuple(y.shape)}")
 
 
-def sequence_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over scored tokens (or classes), or MSE over scored regression targets."""
+def sequence_loss(out: torch.Tensor, y: torch.Tensor, weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Cross-entropy over scored tokens (or classes), or MSE over scored regression targets: the mean over
+    the scored answers. ``weights`` (shaped like the scored mask of ``y``, e.g. [B, T]): each answer's
+    term multiplied by its weight, still divided by the number of answers (so weights of 1 change nothing)."""
     pred, target = scored(out, y)
     if target.numel() == 0:
         return out.sum() * 0.0
+    if weights is None:
+        if target.is_floating_point():
+            return F.mse_loss(pred, target)
+        return F.cross_entropy(pred, target)
+    w = weights[scored_mask(y)].to(pred.dtype)
     if target.is_floating_point():
-        return F.mse_loss(pred, target)
-    return F.cross_entropy(pred, target)
+        per = F.mse_loss(pred, target, reduction="none")
+        return (per * w.reshape(-1, *([1] * (per.dim() - 1)))).mean()
+    return (F.cross_entropy(pred, target, reduction="none") * w).mean()
 
 
 class SequenceScore:

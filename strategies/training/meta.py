@@ -18,7 +18,7 @@ from ovq_cl.base import collate_episodes
 from ovq_cl.base.progress import progress
 from strategies.training import distributed
 from strategies.evaluation.metrics import SequenceScore
-from strategies.training.step import train_step
+from strategies.training.step import retention_weights, train_step
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,11 @@ class MetaTraining:
     through it, and the gradient flows through the whole item, or through segments of ``tbptt`` tokens
     (truncated BPTT, :func:`strategies.training.step.train_step`).
 
+    ``retention_loss`` > 0 with ``recalled`` (a dataset whose item i is the bool mask of item i's answers
+    to facts not presented in the same episode, ``StreamData.meta_recalled``): the auxiliary retention loss,
+    the objective being the mean loss over all answers plus ``retention_loss`` times the mean over those
+    (:func:`strategies.training.step.retention_weights`).
+
     ``resume=progress`` (what :meth:`progress` returned, with the model's weights already restored)
     continues from there: the shuffled order is replayed from the seed, the steps already done are
     skipped, and the result equals an uninterrupted run's.
@@ -55,11 +60,17 @@ class MetaTraining:
     def __init__(self, model: torch.nn.Module, dataset, *, steps: int, batch_size: int, lr: float, metric: str,
                  seed: int = 0, weight_decay: float = 0.01, grad_clip: float = 1.0, device="cpu",
                  progress: bool = False, log_every: int = 50, resume: Optional[Dict[str, Any]] = None,
-                 context: Optional[dict] = None, tbptt: int = 0):
+                 context: Optional[dict] = None, tbptt: int = 0, recalled=None, retention_loss: float = 0.0):
         if steps < 0 or batch_size < 1:
             raise ValueError(f"meta_train: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
         if steps and (dataset is None or len(dataset) == 0):
             raise ValueError("meta_train: the stream has no meta-training set, set meta_train.steps: 0")
+        if retention_loss < 0:
+            raise ValueError(f"meta_train.retention_loss must be >= 0, got {retention_loss}")
+        if retention_loss > 0 and (recalled is None or len(recalled) != len(dataset)):
+            raise ValueError("meta_train.retention_loss > 0 needs the stream's recalled-answer masks "
+                             "(StreamData.meta_recalled, one per meta-training item); this stream has none")
+        self.recalled, self.retention_loss = (recalled if retention_loss > 0 else None), retention_loss
         self.model, self.dataset, self.steps, self.batch_size = model, dataset, steps, batch_size
         self.metric, self.seed, self.grad_clip, self.device = metric, seed, grad_clip, device
         self.show_progress, self.log_every, self.tbptt = progress, log_every, tbptt
@@ -86,20 +97,26 @@ class MetaTraining:
         if self.steps == 0:
             return
         gen = torch.Generator().manual_seed(self.seed)
-        loader = DataLoader(self.dataset, batch_size=self.batch_size, shuffle=True, generator=gen,
-                            collate_fn=collate_episodes, drop_last=True)
+        items = self.dataset if self.recalled is None else _WithRecalled(self.dataset, self.recalled)
+        loader = DataLoader(items, batch_size=self.batch_size, shuffle=True, generator=gen,
+                            collate_fn=collate_episodes if self.recalled is None else _collate_with_recalled,
+                            drop_last=True)
         self.model.train()
         skip, step = self.done, 0
         bar = progress(total=self.steps, initial=skip, desc="meta-train", show=self.show_progress, unit="steps")
         while step < self.steps:
-            for x, y, *_ in loader:
+            for x, y, *rest in loader:
                 if step < skip:                       # replaying the order of a resumed run: no compute
                     step += 1
                     continue
                 lo, hi = _my_lanes(x.shape[0])
+                weights = None
+                if self.recalled is not None:         # weights of the whole batch, then this rank's lanes
+                    weights = retention_weights(y, rest[0], self.retention_loss)[lo:hi].to(self.device)
                 loss, out, _ = train_step(self.model, self.optimizer, x[lo:hi].to(self.device),
                                           y[lo:hi].to(self.device), self.grad_clip,
-                                          where=f"in meta-training at step {step}", tbptt=self.tbptt)
+                                          where=f"in meta-training at step {step}", tbptt=self.tbptt,
+                                          answer_weights=weights)
                 self.scheduler.step()
                 _update_score(self.score, out, y, lo)
                 step += 1
@@ -131,6 +148,25 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
 def logged_metrics(row: Dict[str, float], metric: str) -> Dict[str, float]:
     """A history row as the metrics logged for it."""
     return {"meta_train/loss": row["loss"], f"meta_train/{metric}": row[metric]}
+
+
+class _WithRecalled(torch.utils.data.Dataset):
+    """Item i: (x, y, recalled) from the meta-training item i and its recalled-answer mask."""
+
+    def __init__(self, items, recalled) -> None:
+        self.items, self.recalled = items, recalled
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int):
+        x, y, *_ = self.items[i]
+        return x, y, self.recalled[i]
+
+
+def _collate_with_recalled(batch):
+    x, y, recalled = zip(*batch)
+    return torch.stack(x), torch.stack(y), torch.stack(recalled)
 
 
 def _my_lanes(n: int):

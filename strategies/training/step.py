@@ -27,11 +27,13 @@ def n_answers(y: torch.Tensor) -> int:
 
 
 def training_objective(model: torch.nn.Module, out: torch.Tensor, y: torch.Tensor, where: str = "",
-                       weight: float = 1.0, aux_weight: float = 1.0) -> torch.Tensor:
-    """weight * sequence_loss(out, y) + aux_weight * model.aux_loss() (when the model has one); finite or
-    FloatingPointError (under torchrun on every rank at once, whichever rank's lanes overflowed).
-    ``weight``: a data-parallel rank's share of the answers (``distributed.loss_weight``)."""
-    loss = sequence_loss(out, y)
+                       weight: float = 1.0, aux_weight: float = 1.0,
+                       answer_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """weight * sequence_loss(out, y, answer_weights) + aux_weight * model.aux_loss() (when the model has
+    one); finite or FloatingPointError (under torchrun on every rank at once, whichever rank's lanes
+    overflowed). ``weight``: a data-parallel rank's share of the answers (``distributed.loss_weight``);
+    ``answer_weights`` [B, T]: per-answer weights (the retention loss, :func:`retention_weights`)."""
+    loss = sequence_loss(out, y, answer_weights)
     if weight != 1.0:
         loss = loss * weight
     if hasattr(model, "aux_loss"):
@@ -44,6 +46,19 @@ def training_objective(model: torch.nn.Module, out: torch.Tensor, y: torch.Tenso
     return loss
 
 
+def retention_weights(y: torch.Tensor, recalled: torch.Tensor, retention_loss: float) -> torch.Tensor:
+    """Per-answer weights [B, T] that turn the mean sequence loss into the mean over all answers plus
+    ``retention_loss`` times the mean over the ``recalled`` ones (bool [B, T], answers to facts not
+    presented in the same episode): ``1 + retention_loss * N / N_recalled`` on recalled answers, 1 elsewhere
+    (N: the batch's scored answers). A batch without recalled answers gets weights of 1."""
+    scored = scored_mask(y)
+    n, n_recalled = int(scored.sum()), int((recalled & scored).sum())
+    weights = torch.ones(scored.shape, dtype=torch.float32)
+    if n_recalled and retention_loss:
+        weights[recalled & scored] += retention_loss * n / n_recalled
+    return weights
+
+
 def clip_gradients(model: torch.nn.Module, grad_clip: Optional[float]) -> None:
     if grad_clip is not None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -51,9 +66,10 @@ def clip_gradients(model: torch.nn.Module, grad_clip: Optional[float]) -> None:
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                grad_clip: Optional[float] = 1.0, states=None, where: str = "",
-               tbptt: int = 0) -> Tuple[torch.Tensor, torch.Tensor, list]:
+               tbptt: int = 0, answer_weights: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, list]:
     """Forward from ``states`` (None: fresh), objective, backward, clip, optimizer step.
-    x [B, T] tokens or [B, T, d_in]; returns (loss, out, new_states).
+    x [B, T] tokens or [B, T, d_in]; returns (loss, out, new_states). ``answer_weights`` [B, T]: per-answer
+    weights of the sequence loss (:func:`retention_weights`), None for the plain mean.
 
     ``tbptt`` > 0 (truncated backpropagation through time): the forward runs in segments of ``tbptt``
     tokens, each from the previous one's state *detached*, each segment's objective backpropagated
@@ -66,7 +82,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
     if tbptt <= 0 or tbptt >= T:
         weight = distributed.loss_weight(n_answers(y)) if dp is not None else 1.0
         out, new_states = model(x, states)
-        loss = training_objective(model, out, y, where, weight)
+        loss = training_objective(model, out, y, where, weight, answer_weights=answer_weights)
         loss.backward()
     else:
         scored = scored_mask(y)
@@ -81,13 +97,15 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
         outs, loss = [], torch.zeros(())
         for s, lo in enumerate(starts):
             seg_out, states = model(x[:, lo:lo + tbptt], states)
+            seg_weights = None if answer_weights is None else answer_weights[:, lo:lo + tbptt]
             if dp is None:
                 share = int(scored[:, lo:lo + tbptt].sum()) / total
-                seg_loss = training_objective(model, seg_out, y[:, lo:lo + tbptt], where) * share
+                seg_loss = training_objective(model, seg_out, y[:, lo:lo + tbptt], where,
+                                              answer_weights=seg_weights) * share
             else:
                 seg_loss = training_objective(model, seg_out, y[:, lo:lo + tbptt], where,
                                               weight=dp.world_size * float(mine[s]) / n_all,
-                                              aux_weight=float(every[s]) / n_all)
+                                              aux_weight=float(every[s]) / n_all, answer_weights=seg_weights)
             seg_loss.backward()
             states = [None if s is None else s.detach() for s in states]
             outs.append(seg_out.detach())
