@@ -73,6 +73,7 @@ class RunRecord:
     learned_buffers: int = 0                  # numbers in buffers learned from data (VQ's codebook, its EMA stats)
     stream_chance: float = math.nan           # the stream gate's chance score and skill threshold, which the
     stream_threshold: float = math.nan        # per-experience learning gate applies to each R[j][j]
+    meta_history: List[Dict[str, float]] = field(default_factory=list)   # meta-training's logged rows (step, loss, metric)
 
     @property
     def replicate(self) -> Tuple:
@@ -112,6 +113,7 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         learned_buffers=int(d["learned_buffers"]) if "learned_buffers" in d else derived_memory(d["params"])[1],
         stream_chance=_num((d.get("stream_gate") or {}).get("chance")),
         stream_threshold=_num((d.get("stream_gate") or {}).get("threshold")),
+        meta_history=list(d.get("meta_history") or []),
     )
 
 

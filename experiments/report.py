@@ -364,6 +364,71 @@ def frontier_table(records: List[compare.RunRecord]) -> str:
     return "\n".join(lines)
 
 
+#: the plateau rule of the meta-training table: the metric moved by less than this over the last quarter
+#: of the steps (in the direction of better), fixed before any long-horizon run (issue 29)
+PLATEAU_GAIN = 0.01
+
+
+def _meta_rows(runs: List[compare.RunRecord]):
+    """The logged meta-training rows shared by ``runs`` (the steps every run logged): [(step, [value per run])]."""
+    metric = runs[0].metric
+    by_step: Dict[int, List[float]] = {}
+    for r in runs:
+        for row in r.meta_history:
+            if metric in row:
+                by_step.setdefault(int(row["step"]), []).append(float(row[metric]))
+    return [(s, v) for s, v in sorted(by_step.items()) if len(v) == len(runs)], metric
+
+
+def meta_training_table(records: List[compare.RunRecord]) -> str:
+    """Per configuration: meta-training's steps, its metric on the last logged training batches (mean and
+    range over seeds) and the change over the last quarter of the steps, in the better direction, with
+    the plateau rule (``PLATEAU_GAIN``): "plateau" when every seed moved by less, else "still improving"."""
+    from strategies.evaluation.metrics import higher_is_better
+
+    lines = ["| configuration | n | steps | metric at the end (mean, min-max) | change over the last quarter "
+             "(mean, max) | plateau? |", "|---|---|---|---|---|---|"]
+    for key, runs in sorted(compare.group_records(records).items()):
+        rows, metric = _meta_rows(runs)
+        if len(rows) < 2:
+            continue
+        sign = 1.0 if higher_is_better(metric) else -1.0
+        last_step, last = rows[-1]
+        earlier = [r for r in rows if r[0] <= 0.75 * last_step] or rows[:1]
+        gains = [sign * (b - a) for a, b in zip(earlier[-1][1], last)]
+        verdict = "plateau" if max(gains) < PLATEAU_GAIN else "still improving"
+        lines.append(f"| {key} | {len(runs)} | {last_step} | {metric} {statistics.fmean(last):.3f} "
+                     f"({min(last):.3f}-{max(last):.3f}) | {statistics.fmean(gains):+.3f} ({max(gains):+.3f}) | "
+                     f"{verdict} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) -> None:
+    """Meta-training's learning curves: the metric on the training batches against the step, one line per
+    configuration (mean over seeds, the band their range)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.6))
+    metric = None
+    for c, (key, runs) in enumerate(sorted(compare.group_records(records).items())):
+        rows, metric = _meta_rows(runs)
+        if not rows:
+            continue
+        steps = [s for s, _ in rows]
+        ax.plot(steps, [statistics.fmean(v) for _, v in rows], color=f"C{c % 10}", ls="-:--"[c // 10 % 3], label=key)
+        ax.fill_between(steps, [min(v) for _, v in rows], [max(v) for _, v in rows], color=f"C{c % 10}", alpha=0.15)
+    ax.set_xlabel("meta-training step")
+    ax.set_ylabel(f"{metric} on the training batches (mean over seeds, band: range)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    ax.set_title(title, fontsize=8)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
+    plt.close(fig)
+
+
 def _iv(iv) -> str:
     if not iv.n:
         return "n/a"
@@ -417,6 +482,11 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         parts += ["Each mixer's frontier (its own knob; retained and updated from the final row, 95% intervals "
                   "over seeds, every run counted, learned or not):", "", frontier_table(records), "",
                   f"![retention of unchanged facts against updating of changed ones]({spec.frontier})", ""]
+    if spec.meta_curves:
+        plot_meta_curves(records, os.path.join(root or PROJECT_DIR, spec.meta_curves), spec.title)
+        parts += [f"Meta-training's learning curves (the metric on the training batches; plateau: every seed moved "
+                  f"by less than {PLATEAU_GAIN} over the last quarter of the steps):", "", meta_training_table(records),
+                  "", f"![meta-training learning curves]({spec.meta_curves})", ""]
     for baseline in ([spec.baseline] if spec.baseline else []) + list(spec.more_baselines):
         for value, subset in _partitions(records, spec.partition, spec.partition_default):
             where = "" if value is None else f", {spec.partition} = {value}"
@@ -426,6 +496,14 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                 table = f"(no paired table: {e})"
             parts += [f"Paired against `{baseline}`{where} (same seeds of model and data; difference = row - baseline):",
                       "", table, ""]
+    if spec.within and spec.within_baseline:
+        for value, subset in _partitions(records, spec.within):
+            try:
+                table = compare.paired_table(subset, spec.within_baseline)
+            except ValueError as e:
+                table = f"(no paired table: {e})"
+            parts += [f"Paired against `{spec.within_baseline}`, {spec.within} = {value} (same seeds of model and data; "
+                      "difference = row - baseline):", "", table, ""]
     parts += [_matrices(records, raw), ""]
     if spec.findings.strip():
         parts += ["Findings:", "", spec.findings.strip(), ""]

@@ -31,10 +31,15 @@ class StudySpec:
     more_baselines: List[str] = field(default_factory=list)   # further baselines, one paired table each
     partition: Optional[str] = None                      # param key(s, comma-separated): paired tests within each value
     partition_default: Optional[str] = None              # the partition of runs without that param (None: every one)
+    within: Optional[str] = None                         # param key: further paired tables, one per value of it
+    within_baseline: Optional[str] = None                # ... each against this configuration pattern (e.g. one
+                                                         # mixer's recipes against its standard recipe)
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
     frontier: Optional[str] = None                       # a plot of retained against updated facts, one line per
                                                          # mixer over its knob's settings (streams whose facts change)
+    meta_curves: Optional[str] = None                    # a plot of meta-training's learning curves, one line per
+                                                         # configuration (mean over seeds), with a plateau table
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
     verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
     family: Optional[str] = None                         # the stream family its verdict rows are adjusted in (Holm,

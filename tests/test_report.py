@@ -310,3 +310,27 @@ def test_a_frontier_joins_each_mixers_settings_and_shows_a_memory_that_stops_upd
     assert "| delta | default | 3 (2) | 0.400 |" not in table and "| delta | default | 3 (2) | 0.400 [" in table
     report.plot_frontier(records, str(tmp_path / "f.png"), "toy")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp_path):
+    """Known answers of the plateau rule: a curve that moved by less than PLATEAU_GAIN over its last
+    quarter on every seed is a plateau; one seed still rising makes its configuration "still improving"."""
+    from experiments import compare
+
+    runs = []
+    for s in range(2):
+        flat = _run("ovq", s, [[1.0]])
+        flat["meta_history"] = [{"step": k, "loss": 1.0, "accuracy": v}
+                                for k, v in ((100, 0.5), (200, 0.9), (300, 0.95), (400, 0.955))]
+        rising = _run("delta", s, [[1.0]])
+        rising["meta_history"] = [{"step": k, "loss": 1.0, "accuracy": v}
+                                  for k, v in ((100, 0.2), (200, 0.3), (300, 0.4), (400, 0.4 + 0.1 * s))]
+        runs += [flat, rising]
+    records = [compare.record_from_json(d) for d in runs]
+    table = report.meta_training_table(records)
+    ovq = next(line for line in table.splitlines() if "ovq" in line)
+    delta = next(line for line in table.splitlines() if "delta" in line)
+    assert "| 400 | accuracy 0.955 (0.955-0.955) | +0.005 (+0.005) | plateau |" in ovq
+    assert "| accuracy 0.450 (0.400-0.500) | +0.050 (+0.100) | still improving |" in delta
+    report.plot_meta_curves(records, str(tmp_path / "m.png"), "toy")
+    assert (tmp_path / "m.png").stat().st_size > 1000
