@@ -334,3 +334,30 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
     assert "| accuracy 0.450 (0.400-0.500) | +0.050 (+0.100) | still improving |" in delta
     report.plot_meta_curves(records, str(tmp_path / "m.png"), "toy")
     assert (tmp_path / "m.png").stat().st_size > 1000
+
+
+def test_within_tables_pair_each_mixers_recipes_against_its_own_standard(tmp_path, monkeypatch):
+    """``within`` + ``within_baseline``: one paired table per mixer, each recipe against that mixer's
+    standard runs (same seeds), beside the baseline tables across mixers."""
+    runs = []
+    for mixer, gain in (("ovq", 0.0), ("delta", 0.3)):
+        for s in range(3):
+            for episodes, R in (("4", [[0.5]]), ("32", [[0.5 + gain + 0.01 * s]])):
+                d = _run(mixer, s, R)
+                d["params"]["stream.options.meta_sequence_episodes"] = episodes
+                runs.append(d)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "w.json").write_text(json.dumps(runs))
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    (studies / "w.yaml").write_text(
+        "title: 'Within'\nsetup: 'x'\ncommands: [\"ovq-cl sweep cfg.yaml --name w --out results\"]\n"
+        "results: [results/w.json]\nwithin: model.layers\n"
+        "within_baseline: '* | stream.options.meta_sequence_episodes=4'\n")
+    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
+    monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    text = report.section(study_specs.load_study("w"))
+    assert "model.layers = ['delta']" in text and "model.layers = ['ovq']" in text
+    delta = text.split("model.layers = ['delta']")[1].split("Paired against")[0]
+    ovq = text.split("model.layers = ['ovq']")[1].split("Paired against")[0]
+    assert "| final_average | 3 | +0.310 [" in delta and "| final_average | 3 | +0.010 [" in ovq
