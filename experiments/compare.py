@@ -492,6 +492,42 @@ def capacity_table(records: Iterable[RunRecord]) -> str:
     return "\n".join(lines)
 
 
+def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_region") -> str:
+    """Does a memory lose facts to interference before its capacity is used? One row per configuration
+    with both a capacity curve and a ``kind`` interference curve; per seed: the probe's P facts
+    (``stream.options.facts_per_episode``), the half point h (intervening bindings at which recall of
+    the P facts halves), the capacity C (most facts held at skill >= 0.5, no filler). When P + h < C the
+    memory lost half of the facts while it had been shown at most P + h bindings, fewer than it can hold
+    at once: it forgets *before* its capacity is used (interference, not a full memory). '' when no run
+    has both."""
+    groups = {k: [r for r in v if (r.capacity or {}).get("curve") and kind in ((r.interference or {}).get("curves") or {})]
+              for k, v in group_records(records).items()}
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return ""
+    head = ["configuration", "n", f"{kind} half point per seed (bindings)", "capacity per seed (facts)",
+            "P + h < C (forgets before capacity)", "bound per layer (facts)", "state bytes/layer/lane"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups):
+        runs = groups[key]
+        halves, caps, verdicts = [], [], []
+        for r in runs:
+            P = int(r.params.get("stream.options.facts_per_episode", 8))
+            h = (r.interference.get("half_items") or {}).get(kind)
+            C = r.capacity.get("capacity")
+            last = r.interference["curves"][kind][-1]["items"]
+            halves.append(f">{last}" if h is None else str(h))
+            caps.append(f"<{r.capacity['curve']['points'][0]['facts']}" if C is None else str(C))
+            verdicts.append(None if C is None else (h is not None and P + h < C))
+        known = [v for v in verdicts if v is not None]
+        verdict = f"{sum(known)} of {len(known)} seeds" if known else "n/a (no capacity)"
+        bounds = runs[0].capacity.get("bound_per_layer") or []
+        lines.append("| " + " | ".join([key, str(len(runs)), ", ".join(halves), ", ".join(caps), verdict,
+                                         ", ".join("unbounded" if b is None else str(b) for b in bounds) or "-",
+                                         _bytes_cell(runs)]) + " |")
+    return "\n".join(lines)
+
+
 def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:
     """The group called ``name``, or the one group whose mixers (``model.layers`` joined by '+') are ``name``;
     ``"MIXERS | KEY=VALUE, ..."`` also requires those params (full keys, values as logged), e.g.

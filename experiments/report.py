@@ -471,6 +471,11 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         parts += ["Interference curves (measured after meta-training, before the stream, from a fresh state: "
                   "recall of facts presented once against the number of items between them and their queries, "
                   "by kind of item; `docs/measurement.md`):", "", interference, ""]
+    before = compare.before_capacity_table(records)
+    if before:
+        parts += ["Interference against capacity (other_region: new bindings of another experience's keys; a memory "
+                  "that halves its recall of P facts after h bindings while it holds C facts at once forgets before "
+                  "its capacity is used when P + h < C):", "", before, ""]
     if spec.plot:
         plot_by_state_bytes(records, os.path.join(root or PROJECT_DIR, spec.plot), spec.title)
         parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]

@@ -162,3 +162,28 @@ def test_each_mixers_capacity_bound_comes_from_its_shapes():
     assert build_mixer("deltanet", d_model, heads).fact_capacity_bound() == 16
     assert build_mixer("ssm", d_model, heads).fact_capacity_bound() == 16
     assert build_mixer("linear", d_model, heads, {"feature_map": "taylor"}).fact_capacity_bound() == 1 + 16 + 16 * 17 // 2
+
+
+def test_the_before_capacity_table_tells_interference_from_a_full_memory():
+    """Known answers: P + h < C is 'forgets before its capacity is used'; a curve that never halves, or
+    one that halves only once P + h reaches C, is not; a run without a capacity is 'n/a'."""
+    from experiments import compare
+
+    def record(layers, seed, half, capacity):
+        curve = [{"items": n, "score": 1.0, "se": 0.0, "n": 8} for n in (0, 64)]
+        return compare.RunRecord(
+            label=f"{layers}-s{seed}", params={"model.layers": f"['{layers}']", "stream.options.facts_per_episode": "8"},
+            metric="accuracy", summary={}, seed=seed, data_seed=seed, state_bytes=[67840.0],
+            interference={"curves": {"other_region": curve}, "half_items": {"other_region": half}},
+            capacity={"curve": {"points": [{"facts": 8, "score": 1.0}, {"facts": 64, "score": 0.9}]},
+                      "capacity": capacity, "bound_per_layer": [64]})
+
+    records = [record("delta", 0, 16, 64), record("delta", 1, 56, 64), record("ovq", 0, None, 64),
+               record("ssm", 0, 4, None)]
+    table = compare.before_capacity_table(records)
+    rows = {line.split(" | ")[0]: line for line in table.splitlines()[2:]}
+    assert "| 16, 56 | 64, 64 | 1 of 2 seeds |" in rows["| layers=['delta']"]
+    assert "| >64 | 64 | 0 of 1 seeds |" in rows["| layers=['ovq']"]
+    assert "| 4 | <8 | n/a (no capacity) |" in rows["| layers=['ssm']"]
+    assert compare.before_capacity_table([record("delta", 0, 16, 64).__class__(label="x", params={}, metric="accuracy",
+                                                                               summary={})]) == ""
