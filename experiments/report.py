@@ -369,25 +369,28 @@ def frontier_table(records: List[compare.RunRecord]) -> str:
 PLATEAU_GAIN = 0.01
 
 
-def _meta_rows(runs: List[compare.RunRecord]):
-    """The logged meta-training rows shared by ``runs`` (the steps every run logged): [(step, [value per run])]."""
+def _meta_rows(runs: List[compare.RunRecord], column: Optional[str] = None):
+    """The logged meta-training rows shared by ``runs`` (the steps every run logged): [(step, [value per
+    run])] of ``column`` (default: the metric), and the metric."""
     metric = runs[0].metric
+    column = column or metric
     by_step: Dict[int, List[float]] = {}
     for r in runs:
         for row in r.meta_history:
-            if metric in row:
-                by_step.setdefault(int(row["step"]), []).append(float(row[metric]))
+            if column in row:
+                by_step.setdefault(int(row["step"]), []).append(float(row[column]))
     return [(s, v) for s, v in sorted(by_step.items()) if len(v) == len(runs)], metric
 
 
 def meta_training_table(records: List[compare.RunRecord]) -> str:
     """Per configuration: meta-training's steps, its metric on the last logged training batches (mean and
     range over seeds) and the change over the last quarter of the steps, in the better direction, with
-    the plateau rule (``PLATEAU_GAIN``): "plateau" when every seed moved by less, else "still improving"."""
+    the plateau rule (``PLATEAU_GAIN``): "plateau" when every seed moved by less, else "still improving";
+    and, where the stream marks them, the metric at the end on the answers recalled from earlier episodes."""
     from strategies.evaluation.metrics import higher_is_better
 
     lines = ["| configuration | n | steps | metric at the end (mean, min-max) | change over the last quarter "
-             "(mean, max) | plateau? |", "|---|---|---|---|---|---|"]
+             "(mean, max) | plateau? | on recalled answers at the end (mean, min-max) |", "|---|---|---|---|---|---|---|"]
     for key, runs in sorted(compare.group_records(records).items()):
         rows, metric = _meta_rows(runs)
         if len(rows) < 2:
@@ -397,9 +400,12 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
         earlier = [r for r in rows if r[0] <= 0.75 * last_step] or rows[:1]
         gains = [sign * (b - a) for a, b in zip(earlier[-1][1], last)]
         verdict = "plateau" if max(gains) < PLATEAU_GAIN else "still improving"
+        recalled, _ = _meta_rows(runs, f"{metric}_recalled")
+        end = recalled[-1][1] if recalled and recalled[-1][0] == last_step else None
+        recalled_cell = f"{statistics.fmean(end):.3f} ({min(end):.3f}-{max(end):.3f})" if end else "-"
         lines.append(f"| {key} | {len(runs)} | {last_step} | {metric} {statistics.fmean(last):.3f} "
                      f"({min(last):.3f}-{max(last):.3f}) | {statistics.fmean(gains):+.3f} ({max(gains):+.3f}) | "
-                     f"{verdict} |")
+                     f"{verdict} | {recalled_cell} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 

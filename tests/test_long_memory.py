@@ -359,3 +359,34 @@ def test_the_retention_loss_trains_differently_and_zero_is_the_plain_objective()
                         "meta_train": {**TINY["meta_train"], "retention_loss": 1.0}}))
     with pytest.raises(ValueError, match="meta_train.retention_loss"):
         run_config({**base, "meta_train": {**TINY["meta_train"], "retention_loss": -1.0}})
+
+
+def test_meta_training_logs_the_metric_on_recalled_answers_and_a_tracker_gets_them_all():
+    """The logged rows carry ``accuracy_recalled`` (the answers to facts not presented in the episode)
+    where the stream marks them: a perfect tracker scores 1 on them, a memory of one episode 0; single
+    episodes (nothing recalled) log no such column."""
+    from strategies.training.meta import MetaTraining, logged_metrics
+    data = icr_data({**BLOCKS, "meta_sequence_episodes": 10, "meta_reach_back": 6})
+    T = data.info.seq_len
+    vocab = data.info.vocab_size
+
+    class Tracker(TableOracle):           # its output carries a (zero) gradient, so a training step runs
+        def forward(self, x, states=None):
+            out, new = super().forward(x, states)
+            return out + 0.0 * self.unused, new
+
+    class Episodic(Tracker):              # the tracker from a fresh state at every episode
+        def forward(self, x, states=None):
+            outs = [Tracker.forward(self, xe)[0] for xe in x.split(T, dim=1)]
+            return torch.cat(outs, 1), [TableState(torch.zeros(x.shape[0], 1, dtype=torch.long))]
+
+    for oracle, expected in ((Tracker(vocab, 64, "latest"), 1.0), (Episodic(vocab, 64, "latest"), 0.0)):
+        training = MetaTraining(oracle, data.meta_train, steps=2, batch_size=4, lr=1e-3, metric="accuracy",
+                                log_every=1, recalled=data.meta_recalled, grad_clip=None)
+        rows = [done.logged for done in training]
+        assert [row["accuracy_recalled"] for row in rows] == [expected, expected]
+        assert logged_metrics(rows[0], "accuracy")["meta_train/accuracy_recalled"] == expected
+    single = icr_data({})
+    training = MetaTraining(Tracker(single.info.vocab_size, 64, "latest"), single.meta_train, steps=1,
+                            batch_size=4, lr=1e-3, metric="accuracy", recalled=single.meta_recalled, grad_clip=None)
+    assert "accuracy_recalled" not in [done.logged for done in training][0]

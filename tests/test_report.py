@@ -320,7 +320,7 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
     runs = []
     for s in range(2):
         flat = _run("ovq", s, [[1.0]])
-        flat["meta_history"] = [{"step": k, "loss": 1.0, "accuracy": v}
+        flat["meta_history"] = [{"step": k, "loss": 1.0, "accuracy": v, "accuracy_recalled": v - 0.5 + 0.1 * s}
                                 for k, v in ((100, 0.5), (200, 0.9), (300, 0.95), (400, 0.955))]
         rising = _run("delta", s, [[1.0]])
         rising["meta_history"] = [{"step": k, "loss": 1.0, "accuracy": v}
@@ -330,8 +330,8 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
     table = report.meta_training_table(records)
     ovq = next(line for line in table.splitlines() if "ovq" in line)
     delta = next(line for line in table.splitlines() if "delta" in line)
-    assert "| 400 | accuracy 0.955 (0.955-0.955) | +0.005 (+0.005) | plateau |" in ovq
-    assert "| accuracy 0.450 (0.400-0.500) | +0.050 (+0.100) | still improving |" in delta
+    assert "| 400 | accuracy 0.955 (0.955-0.955) | +0.005 (+0.005) | plateau | 0.505 (0.455-0.555) |" in ovq
+    assert "| accuracy 0.450 (0.400-0.500) | +0.050 (+0.100) | still improving | - |" in delta
     report.plot_meta_curves(records, str(tmp_path / "m.png"), "toy")
     assert (tmp_path / "m.png").stat().st_size > 1000
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import torch
 from torch.utils.data import DataLoader
 
-from ovq_cl.base import collate_episodes
+from ovq_cl.base import IGNORE, collate_episodes
 from ovq_cl.base.progress import progress
 from strategies.training import distributed
 from strategies.evaluation.metrics import SequenceScore
@@ -44,10 +44,11 @@ class MetaTraining:
     through it, and the gradient flows through the whole item, or through segments of ``tbptt`` tokens
     (truncated BPTT, :func:`strategies.training.step.train_step`).
 
-    ``retention_loss`` > 0 with ``recalled`` (a dataset whose item i is the bool mask of item i's answers
-    to facts not presented in the same episode, ``StreamData.meta_recalled``): the auxiliary retention loss,
-    the objective being the mean loss over all answers plus ``retention_loss`` times the mean over those
-    (:func:`strategies.training.step.retention_weights`).
+    ``recalled`` (a dataset whose item i is the bool mask of item i's answers to facts not presented in
+    the same episode, ``StreamData.meta_recalled``): the logged rows add ``{metric}_recalled``, the metric
+    on those answers alone (where the rows' batches had any), the learning curve of retention itself; with
+    ``retention_loss`` > 0 the objective is the mean loss over all answers plus ``retention_loss`` times
+    the mean over those (:func:`strategies.training.step.retention_weights`).
 
     ``resume=progress`` (what :meth:`progress` returned, with the model's weights already restored)
     continues from there: the shuffled order is replayed from the seed, the steps already done are
@@ -67,10 +68,13 @@ class MetaTraining:
             raise ValueError("meta_train: the stream has no meta-training set, set meta_train.steps: 0")
         if retention_loss < 0:
             raise ValueError(f"meta_train.retention_loss must be >= 0, got {retention_loss}")
-        if retention_loss > 0 and (recalled is None or len(recalled) != len(dataset)):
+        if retention_loss > 0 and recalled is None:
             raise ValueError("meta_train.retention_loss > 0 needs the stream's recalled-answer masks "
                              "(StreamData.meta_recalled, one per meta-training item); this stream has none")
-        self.recalled, self.retention_loss = (recalled if retention_loss > 0 else None), retention_loss
+        if recalled is not None and dataset is not None and len(recalled) != len(dataset):
+            raise ValueError(f"meta_train: {len(recalled)} recalled-answer masks for {len(dataset)} items")
+        self.recalled, self.retention_loss = recalled, retention_loss
+        self.score_recalled = SequenceScore(metric, context)
         self.model, self.dataset, self.steps, self.batch_size = model, dataset, steps, batch_size
         self.metric, self.seed, self.grad_clip, self.device = metric, seed, grad_clip, device
         self.show_progress, self.log_every, self.tbptt = progress, log_every, tbptt
@@ -86,12 +90,13 @@ class MetaTraining:
             self.optimizer.load_state_dict(resume["optimizer"])
             self.scheduler.load_state_dict(resume["scheduler"])
             self.history, self.score = list(resume["history"]), resume["score"]
+            self.score_recalled = resume.get("score_recalled", self.score_recalled)
             self.done = int(resume["step"])
 
     def progress(self) -> Dict[str, Any]:
         """What resuming needs besides the model's weights: step, optimizer, schedule, history, running score."""
         return {"step": self.done, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "history": list(self.history), "score": self.score}
+                "history": list(self.history), "score": self.score, "score_recalled": self.score_recalled}
 
     def __iter__(self) -> Iterator[MetaStep]:
         if self.steps == 0:
@@ -111,7 +116,7 @@ class MetaTraining:
                     continue
                 lo, hi = _my_lanes(x.shape[0])
                 weights = None
-                if self.recalled is not None:         # weights of the whole batch, then this rank's lanes
+                if self.recalled is not None and self.retention_loss > 0:   # the whole batch's, then this rank's lanes
                     weights = retention_weights(y, rest[0], self.retention_loss)[lo:hi].to(self.device)
                 loss, out, _ = train_step(self.model, self.optimizer, x[lo:hi].to(self.device),
                                           y[lo:hi].to(self.device), self.grad_clip,
@@ -119,6 +124,8 @@ class MetaTraining:
                                           answer_weights=weights)
                 self.scheduler.step()
                 _update_score(self.score, out, y, lo)
+                if self.recalled is not None:
+                    _update_score(self.score_recalled, out, y.masked_fill(~rest[0], IGNORE), lo)
                 step += 1
                 self.done = step
                 bar.update()
@@ -126,8 +133,12 @@ class MetaTraining:
                 if step % self.log_every == 0 or step == self.steps:
                     row = {"step": step, "loss": distributed.mean_over_ranks(float(loss.detach())),
                            self.metric: self.score.result()}
+                    recalled_score = self.score_recalled.result()
+                    if recalled_score == recalled_score:          # not nan: the batches had recalled answers
+                        row[f"{self.metric}_recalled"] = recalled_score
                     self.history.append(row)
                     self.score.reset()
+                    self.score_recalled.reset()
                 yield MetaStep(step, row)
                 if step >= self.steps:
                     break
@@ -146,8 +157,11 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
 
 
 def logged_metrics(row: Dict[str, float], metric: str) -> Dict[str, float]:
-    """A history row as the metrics logged for it."""
-    return {"meta_train/loss": row["loss"], f"meta_train/{metric}": row[metric]}
+    """A history row as the metrics logged for it (``meta_train/{metric}_recalled`` where the row has it)."""
+    out = {"meta_train/loss": row["loss"], f"meta_train/{metric}": row[metric]}
+    if f"{metric}_recalled" in row:
+        out[f"meta_train/{metric}_recalled"] = row[f"{metric}_recalled"]
+    return out
 
 
 class _WithRecalled(torch.utils.data.Dataset):
