@@ -316,19 +316,54 @@ def _final_current(runs: List[compare.RunRecord], name: str):
     return mean_interval([r.summary_current.get(name, float("nan")) for r in runs])
 
 
+def _kept_old(r: compare.RunRecord) -> float:
+    """The final row's mean score on the experiences before the last (what is still held of them)."""
+    if not r.R or len(r.R) < 2:
+        return math.nan
+    row = [v for v in r.R[-1][:-1] if v is not None]
+    return statistics.fmean(row) if row else math.nan
+
+
+def _learned_later(r: compare.RunRecord) -> float:
+    """The mean score of each experience after the first right after it was trained, R[j][j], j >= 1."""
+    if not r.R or len(r.R) < 2:
+        return math.nan
+    diag = [r.R[j][j] for j in range(1, len(r.R)) if r.R[j][j] is not None]
+    return statistics.fmean(diag) if diag else math.nan
+
+
+def frontier_axes(records: List[compare.RunRecord]):
+    """The two axes of a frontier, (x name, x of a group, y name, y of a group, higher is better): on a
+    stream whose facts change, retained (unchanged old facts) against updated (changed facts answered with
+    the new value), from the final row against the facts in force; on any other stream, kept (the final
+    row on the experiences before the last) against learned (R[j][j] of every later experience)."""
+    from experiments.intervals import mean_interval
+    from strategies.evaluation.metrics import higher_is_better
+
+    if any("retained_fraction" in r.summary_current for r in records):
+        return ("retained (unchanged old facts)", lambda runs: _final_current(runs, "retained_fraction"),
+                "updated (changed facts)", lambda runs: _final_current(runs, "updated_fraction"), True)
+    metric = records[0].metric if records else "accuracy"
+    return (f"kept (old experiences, final row, {metric})", lambda runs: mean_interval([_kept_old(r) for r in runs]),
+            f"learned (later experiences, R[j][j], {metric})",
+            lambda runs: mean_interval([_learned_later(r) for r in runs]), higher_is_better(metric))
+
+
 def plot_frontier(records: List[compare.RunRecord], path: str, title: str) -> None:
-    """Each mixer's frontier on a stream whose facts change: retention of the facts that did not change
-    (x, ``retained_fraction``) against the share of changed facts answered with the new value (y,
-    ``updated_fraction``), one point per setting of the mixer's knob with 95% intervals over seeds, the
-    settings of one mixer joined by a line. Up and to the right is better on both axes; a mixer that
-    keeps old facts only by not taking new ones sits low."""
+    """Each mixer's frontier, one point per setting of its knob with 95% intervals over seeds, the settings
+    of one mixer joined by a line (axes: :func:`frontier_axes`). On a stream whose facts change: retention
+    of the facts that did not change (x) against the share of changed facts answered with the new value
+    (y); elsewhere what is kept of old experiences (x) against how well later ones are learned (y). Up and
+    to the right is better on both axes (inverted for a lower-is-better metric); a mixer that keeps old
+    facts only by not taking new ones sits low."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    x_name, x_of, y_name, y_of, higher = frontier_axes(records)
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     for c, (mixer, settings) in enumerate(sorted(frontier_points(records).items())):
-        pts = [(s, _final_current(runs, "retained_fraction"), _final_current(runs, "updated_fraction")) for s, runs in settings]
+        pts = [(s, x_of(runs), y_of(runs)) for s, runs in settings]
         pts = sorted((p for p in pts if p[1].n and p[2].n), key=lambda p: p[1].mean)
         if not pts:
             continue
@@ -339,8 +374,11 @@ def plot_frontier(records: List[compare.RunRecord], path: str, title: str) -> No
         for (setting, _, _), x, y in zip(pts, xs, ys):
             if len(pts) > 1:
                 ax.annotate(setting, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("retained: old facts that did not change, answered correctly (final row)")
-    ax.set_ylabel("updated: changed facts answered with the new value (final row)")
+    ax.set_xlabel(x_name + ("" if higher else "  (lower is better: axis inverted)"))
+    ax.set_ylabel(y_name + ("" if higher else "  (axis inverted)"))
+    if not higher:
+        ax.invert_xaxis()
+        ax.invert_yaxis()
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(title, fontsize=8)
@@ -350,13 +388,21 @@ def plot_frontier(records: List[compare.RunRecord], path: str, title: str) -> No
 
 
 def frontier_table(records: List[compare.RunRecord]) -> str:
-    """The frontier's numbers: per mixer and setting, retained and updated (95% CI over seeds), the
-    final average against the facts in force (the primary endpoint), how many runs learned, state bytes."""
-    lines = ["| mixer | setting | n (learned) | retained (unchanged old facts) | updated (changed facts) | "
-             "final average (facts in force) | state bytes |", "|---|---|---|---|---|---|---|"]
+    """The frontier's numbers: per mixer and setting, its two axes (:func:`frontier_axes`, 95% CI over
+    seeds), the final average (against the facts in force where the stream has them: the primary
+    endpoint), how many runs learned, state bytes."""
+    from experiments.intervals import mean_interval
+
+    x_name, x_of, y_name, y_of, _ = frontier_axes(records)
+    changing = any("retained_fraction" in r.summary_current for r in records)
+    final = "final average (facts in force)" if changing else "final average"
+    lines = [f"| mixer | setting | n (learned) | {x_name} | {y_name} | {final} | state bytes |",
+             "|---|---|---|---|---|---|---|"]
     for mixer, settings in sorted(frontier_points(records).items()):
         for setting, runs in settings:
-            cells = [_iv(_final_current(runs, m)) for m in ("retained_fraction", "updated_fraction", "final_average")]
+            average = (_final_current(runs, "final_average") if changing
+                       else mean_interval([r.summary.get("final_average", math.nan) for r in runs]))
+            cells = [_iv(x_of(runs)), _iv(y_of(runs)), _iv(average)]
             sizes = [statistics.fmean(r.state_bytes) for r in runs if r.state_bytes]
             learned = sum(r.learned is not False for r in runs)
             size = f"{statistics.fmean(sizes):,.0f}" if sizes else "?"
@@ -490,9 +536,10 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         parts += [f"![learning score against forgetting (stability-plasticity plane)]({spec.plane})", ""]
     if spec.frontier:
         plot_frontier(records, os.path.join(root or PROJECT_DIR, spec.frontier), spec.title)
-        parts += ["Each mixer's frontier (its own knob; retained and updated from the final row, 95% intervals "
-                  "over seeds, every run counted, learned or not):", "", frontier_table(records), "",
-                  f"![retention of unchanged facts against updating of changed ones]({spec.frontier})", ""]
+        x_name, _, y_name, _, _ = frontier_axes(records)
+        parts += [f"Each mixer's frontier (its own knob; {x_name} against {y_name}, 95% intervals over seeds, every "
+                  "run counted, learned or not):", "", frontier_table(records), "",
+                  f"![{x_name} against {y_name}]({spec.frontier})", ""]
     if spec.meta_curves:
         plot_meta_curves(records, os.path.join(root or PROJECT_DIR, spec.meta_curves), spec.title)
         parts += [f"Meta-training's learning curves (the metric on the training batches; plateau: every seed moved "

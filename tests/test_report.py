@@ -361,3 +361,27 @@ def test_within_tables_pair_each_mixers_recipes_against_its_own_standard(tmp_pat
     delta = text.split("model.layers = ['delta']")[1].split("Paired against")[0]
     ovq = text.split("model.layers = ['ovq']")[1].split("Paired against")[0]
     assert "| final_average | 3 | +0.310 [" in delta and "| final_average | 3 | +0.010 [" in ovq
+
+
+def test_a_frontier_on_a_stream_without_changing_facts_is_kept_against_learned(tmp_path):
+    """Without facts that change, a frontier's axes are what the final row keeps of the experiences
+    before the last and how well each later experience is learned (R[j][j], j >= 1), in the metric's
+    own units (here MSE, lower is better: the plot inverts both axes)."""
+    from experiments import compare
+
+    runs = []
+    for s in range(2):
+        for window, R in (("66", [[0.2, 1.0, 1.0], [1.2, 0.2, 1.0], [1.3, 1.1, 0.2]]),
+                          ("266", [[0.2, 1.0, 1.0], [0.4, 0.3, 1.0], [0.6, 0.5, 0.4]])):
+            d = _run("swa", s, R)
+            d["metric"] = "mse"
+            d["params"]["model.mixers.swa.window"] = window
+            runs.append(d)
+    records = [compare.record_from_json(d) for d in runs]
+    x_name, x_of, y_name, y_of, higher = report.frontier_axes(records)
+    assert x_name.startswith("kept") and y_name.startswith("learned") and higher is False
+    table = report.frontier_table(records)
+    assert "| swa | window=66 | 2 (2) | 1.200 [" in table and "| 0.200 [" in table       # kept (1.3+1.1)/2, learned 0.2
+    assert "| swa | window=266 | 2 (2) | 0.550 [" in table and "| 0.350 [" in table     # kept (0.6+0.5)/2, (0.3+0.4)/2
+    report.plot_frontier(records, str(tmp_path / "f.png"), "toy")
+    assert (tmp_path / "f.png").stat().st_size > 1000
