@@ -1,0 +1,148 @@
+"""Continuous-key ICR: the encoding of ICR's facts as key vectors from regions meta-training never
+covered; known answers with a perfect memory and a codebook-only memory fitted in meta-training."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ovq_cl.base import IGNORE
+from streams import cicr_data, icr_data, stream_benchmark
+from streams.cicr import cicr_config, describe_episode
+
+OPTIONS = {"n_experiences": 4, "n_keys": 64, "facts_per_experience": 16, "train_episodes": 32}
+
+
+def _read_pairs(x, y, d_key, key_of):
+    """Walks an encoded item like a memory: (key, value) pairs bind, a scored query asks its key."""
+    for t in range(x.shape[0] - 1):
+        if float(x[t, :d_key].abs().sum()) > 0 and x[t + 1, -1] == 1:
+            yield key_of(x[t, :d_key]), int(x[t + 1, d_key:-2].argmax()), (None if int(y[t]) == IGNORE else int(y[t]))
+
+
+def _accuracy(dataset, d_key, key_of):
+    right = n = 0
+    for i in range(len(dataset)):
+        x, y = dataset[i]
+        memory = {}
+        for key, value, asked in _read_pairs(x, y, d_key, key_of):
+            if asked is not None:
+                n += 1
+                right += memory.get(key) == asked
+            memory[key] = value
+    return right / n
+
+
+def test_the_encoding_carries_icrs_facts_and_labels():
+    data, tokens = cicr_data(OPTIONS), icr_data(OPTIONS)
+    d_key = data.info.config.d_key
+    for j in (0, 3):
+        for i in (0, 5):
+            x, y = data.train[j][i]
+            xt, yt = tokens.train[j][i]
+            assert x.shape == (len(xt), data.info.d_in) and y.shape == yt.shape
+            keys = (xt >= 2) & (xt < 66)
+            assert torch.equal(data.info.key_tokens(x)[keys], xt[keys]), "each key token has one vector"
+            assert torch.allclose(x[keys, :d_key].norm(dim=-1), torch.ones(int(keys.sum())))
+            assert torch.equal(y[yt != IGNORE], yt[yt != IGNORE] - 66) and bool((y[yt == IGNORE] == IGNORE).all())
+    printed = describe_episode(*data.train[0][0], data.info)
+    assert printed[16].split()[1] == "SEP" and "-> v" in printed[17]
+
+
+def test_stream_keys_come_from_shifted_regions_and_meta_training_draws_fresh_keys():
+    data = cicr_data({**OPTIONS, "shift_degrees": 90})
+    info = data.info
+    keys, centers = info.key_vectors, info.centers
+    for j, (lo, hi) in enumerate(info.icr.regions):
+        cos = keys[lo - 2: hi - 2] @ centers.T
+        assert int(cos.argmax(-1).eq(1 + j).sum()) == hi - lo, "a key is nearest its own experience's centre"
+        assert float(cos[:, 0].abs().max()) < 0.6, "far from meta-training's region"
+    a, b = data.meta_train[0][0], data.meta_train[1][0]
+    d_key = info.config.d_key
+    ka, kb = a[:, :d_key][a[:, :d_key].abs().sum(-1) > 0], b[:, :d_key][b[:, :d_key].abs().sum(-1) > 0]
+    assert float((ka @ centers[0]).mean()) > 0.8 and float((kb @ centers[0]).mean()) > 0.8
+    assert float((ka @ kb.T).max()) < 0.999, "no key vector of one meta-training item recurs in another"
+    assert float((ka @ keys.T).max()) < 0.999, "nor is any stream key"
+    again = data.meta_train[0][0]
+    assert torch.equal(a, again), "items are pure functions of their index"
+
+
+def test_a_codebook_fitted_in_meta_training_fails_shifted_keys_and_a_perfect_memory_does_not():
+    """A memory that quantises keys to a codebook of meta-training keys (64 codes) and keeps one value per
+    code answers the meta-training region's keys well; on keys of a region it never saw, many keys share
+    a code and it fails. A memory that matches the key vector itself is perfect on both."""
+    scores = {}
+    for shift in (0, 90):
+        data = cicr_data({**OPTIONS, "shift_degrees": shift})
+        d_key = data.info.config.d_key
+        meta = torch.cat([data.meta_train[i][0][:, :d_key] for i in range(40)])
+        meta = meta[meta.abs().sum(-1) > 0]
+        codes = meta[torch.randperm(len(meta), generator=torch.Generator().manual_seed(0))[:64]]
+        perfect = [_accuracy(data.train[j], d_key, lambda v: tuple(v.tolist())) for j in range(4)]
+        codebook = [_accuracy(data.train[j], d_key, lambda v: int((codes @ v).argmax())) for j in range(4)]
+        assert perfect == [1.0] * 4
+        scores[shift] = float(np.mean(codebook))
+    assert scores[0] > 0.8 and scores[90] < 0.5, scores
+
+
+def test_facts_in_force_follow_the_rebound_key_vectors():
+    options = {**OPTIONS, "rebind_fraction": 0.25, "test_rebound_keys": True, "test_queries": 8}
+    data, tokens = cicr_data(options), icr_data(options)
+    assert data.info.facts_change
+    for exp, after in ((0, 1), (1, 3), (2, 2)):
+        xs, ys = map(torch.stack, zip(*[data.test[exp][i] for i in range(4)]))
+        xt, yt = map(torch.stack, zip(*[tokens.test[exp][i] for i in range(4)]))
+        expected = tokens.info.labels_in_force(exp, after, xt, yt)
+        got = data.info.labels_in_force(exp, after, xs, ys)
+        scored = yt != IGNORE
+        assert torch.equal(got[scored], expected[scored] - 66)
+        changed = expected[scored] != yt[scored]
+        assert after == exp or bool(changed.any()) == bool((got[scored] != ys[scored]).any())
+
+
+def test_continuous_values_are_vectors_scored_by_mse_and_the_probes_encode():
+    data = cicr_data({**OPTIONS, "values": "continuous", "d_value": 8})
+    x, y = data.train[1][2]
+    assert data.info.metric == "mse" and data.info.d_out == 8 and y.shape == (x.shape[0], 8)
+    scored = ~torch.isnan(y).any(-1)
+    assert int(scored.sum()) == data.info.config.queries_per_episode
+    assert torch.allclose(y[scored].norm(dim=-1), torch.ones(int(scored.sum())))
+    for probe in (data.delay_probe(2, 3), data.interference_probe("other_region", 4, 3), data.capacity_probe(8, 3)):
+        px, py = probe[1]
+        assert px.shape[-1] == data.info.d_in and py.shape == (px.shape[0], 8)
+    bench = stream_benchmark("cicr", OPTIONS)
+    assert len(bench.train_stream) == 4 and bench.info.name == "cicr"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"d_key": 4}, "d_key=4 must be >= n_experiences + 1"),
+    ({"shift_degrees": 200}, "shift_degrees must be in [0, 180]"),
+    ({"values": "tokens"}, "values must be one of"),
+    ({"key_spread": -1}, "key_spread must be >= 0"),
+    ({"facts_per_episode": 40}, "facts_per_episode=40 exceeds the table size"),
+])
+def test_bad_options_get_one_line(options, message):
+    with pytest.raises(ValueError, match=__import__("re").escape(message)):
+        cicr_config({**OPTIONS, **options})
+
+
+def test_a_run_on_the_continuous_key_stream(tmp_path):
+    """End to end: a RegressionLM (continuous input, one logit per value) meta-trains, runs the stream
+    and scores R; a memory that learned nothing is at chance (1/32), so R is a probability."""
+    from experiments.config import run_config
+    from experiments.runner import run
+
+    cfg = run_config({
+        "stream": {"name": "cicr", "options": {"n_experiences": 2, "n_keys": 16, "facts_per_experience": 6,
+                                               "facts_per_episode": 4, "queries_per_episode": 2, "test_queries": 3,
+                                               "train_episodes": 8, "test_episodes": 4, "meta_train_episodes": 32,
+                                               "d_key": 8}},
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "layers": ["ovq"], "mixers": {"ovq": {"num_slots": 8, "chunk_size": 4}}},
+        "strategy": {"name": "frozen", "train_mb_size": 4}, "meta_train": {"steps": 3, "batch_size": 8},
+        "gate": {"interference": ["neutral", "other_region"], "interference_max_items": 2, "capacity_facts": [2, 4],
+                 "episodes": 8, "interference_episodes": 2},
+        "tracking": {"enabled": False}, "checkpoint": {"enabled": False}, "output_dir": str(tmp_path)})
+    result = run(cfg)
+    assert len(result.R) == 2 and all(0.0 <= v <= 1.0 for row in result.R for v in row if v is not None)
+    assert set(result.interference["curves"]) == {"neutral", "other_region"}
+    assert math.isfinite(result.summary["final_average"])
