@@ -165,6 +165,23 @@ def _numeric_first(v: str):
         return (1, 0.0, v)
 
 
+def _save(fig, path: str, tight: bool = True) -> None:
+    """Writes a figure (no software tag in the PNG: the same plot gives the same bytes) and closes it."""
+    import matplotlib.pyplot as plt
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None}, **({"bbox_inches": "tight"} if tight else {}))
+    plt.close(fig)
+
+
+def _finish(fig, ax, path: str, title: str, legend_size: int) -> None:
+    """Grid, legend and title of a one-panel figure, then :func:`_save`."""
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    ax.set_title(title, fontsize=8)
+    _save(fig, path)
+
+
 def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str) -> None:
     """Forgetting (max-based) and learning score against state bytes per layer and lane, one line per
     mixer (model.layers), 95% CIs over seeds; forgetting only from runs that passed every gate, and a
@@ -213,9 +230,7 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    _save(fig, path, tight=False)
 
 
 def _config_names(groups: Dict[str, list]) -> Dict[str, str]:
@@ -277,9 +292,7 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
                    ncol=min(2, len(handles)), frameon=False)
         fig.subplots_adjust(bottom=0.12 + 0.035 * ((len(handles) + 1) // 2), wspace=0.35)
     fig.suptitle(title + (f"\npanels: {partition}" if partition else ""), fontsize=9)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, path)
 
 
 def frontier_points(records: List[compare.RunRecord]) -> Dict[str, List[tuple]]:
@@ -379,12 +392,7 @@ def plot_frontier(records: List[compare.RunRecord], path: str, title: str) -> No
     if not higher:
         ax.invert_xaxis()
         ax.invert_yaxis()
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=8)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
-    plt.close(fig)
+    _finish(fig, ax, path, title, legend_size=7)
 
 
 def frontier_table(records: List[compare.RunRecord]) -> str:
@@ -473,12 +481,7 @@ def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) ->
         ax.fill_between(steps, [min(v) for _, v in rows], [max(v) for _, v in rows], color=f"C{c % 10}", alpha=0.15)
     ax.set_xlabel("meta-training step")
     ax.set_ylabel(f"{metric} on the training batches (mean over seeds, band: range)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
-    ax.set_title(title, fontsize=8)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
-    plt.close(fig)
+    _finish(fig, ax, path, title, legend_size=6)
 
 
 def _iv(iv) -> str:

@@ -25,13 +25,19 @@ def study(tmp_path, monkeypatch):
     runs = [{**_run("ovq", s, [[1.0, 0.0], [0.9 - 0.01 * s, 0.95]]), "code_version": "code-aaa"} for s in range(3)]
     runs += [_run("vq", s, [[1.0, 0.0], [0.99, 0.97]]) for s in range(3)]
     runs += [_run("linear", s, [[0.05, 0.0], [0.04, 0.05]], learned=False) for s in range(3)]
+    return _study_folder(tmp_path, monkeypatch, "toy", runs,
+                         "title: 'Toy study'\nsetup: 'A setup.'\nbaseline: ovq\nfindings: 'A finding.'\n")
+
+
+def _study_folder(tmp_path, monkeypatch, name, runs, spec):
+    """A project folder with one study ``name`` (``spec``: its YAML besides commands and results) whose
+    sweep wrote ``runs``; the study specs and the report read from it."""
     (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "toy.json").write_text(json.dumps(runs))
+    (tmp_path / "results" / f"{name}.json").write_text(json.dumps(runs))
     studies = tmp_path / "studies"
     studies.mkdir()
-    (studies / "toy.yaml").write_text(
-        "title: 'Toy study'\nsetup: 'A setup.'\ncommands: [\"ovq-cl sweep cfg.yaml --name toy --out results\"]\n"
-        "results: [results/toy.json]\nbaseline: ovq\nfindings: 'A finding.'\n")
+    (studies / f"{name}.yaml").write_text(
+        spec + f"commands: [\"ovq-cl sweep cfg.yaml --name {name} --out results\"]\nresults: [results/{name}.json]\n")
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
     return tmp_path
@@ -346,16 +352,8 @@ def test_within_tables_pair_each_mixers_recipes_against_its_own_standard(tmp_pat
                 d = _run(mixer, s, R)
                 d["params"]["stream.options.meta_sequence_episodes"] = episodes
                 runs.append(d)
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "w.json").write_text(json.dumps(runs))
-    studies = tmp_path / "studies"
-    studies.mkdir()
-    (studies / "w.yaml").write_text(
-        "title: 'Within'\nsetup: 'x'\ncommands: [\"ovq-cl sweep cfg.yaml --name w --out results\"]\n"
-        "results: [results/w.json]\nwithin: model.layers\n"
-        "within_baseline: '* | stream.options.meta_sequence_episodes=4'\n")
-    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
-    monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    _study_folder(tmp_path, monkeypatch, "w", runs, "title: 'Within'\nsetup: 'x'\nwithin: model.layers\n"
+                  "within_baseline: '* | stream.options.meta_sequence_episodes=4'\n")
     text = report.section(study_specs.load_study("w"))
     assert "model.layers = ['delta']" in text and "model.layers = ['ovq']" in text
     delta = text.split("model.layers = ['delta']")[1].split("Paired against")[0]
