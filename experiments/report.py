@@ -729,11 +729,14 @@ def verdict_section(specs: List[StudySpec], root: Optional[str] = None) -> str:
 
 
 def write_report(path: Optional[str] = None, root: Optional[str] = None) -> str:
-    """RESULTS.md: the header, the verdict table, then every study's section, from the JSON under
-    ``root`` (default: the project)."""
+    """RESULTS.md: the header, the paper's claims, the verdict table, then every study's section, from
+    the JSON under ``root`` (default: the project)."""
+    from experiments.claims import claims_section
+
     path = path or os.path.join(PROJECT_DIR, "RESULTS.md")
     specs = all_studies()
-    text = HEADER + "\n" + verdict_section(specs, root) + "\n" + "\n".join(section(s, root) for s in specs)
+    text = (HEADER + "\n" + claims_section(root or PROJECT_DIR) + "\n" + verdict_section(specs, root) + "\n"
+            + "\n".join(section(s, root) for s in specs))
     with open(path, "w") as fh:
         fh.write(text.rstrip() + "\n")
     return path

@@ -1,0 +1,178 @@
+"""The paper's claims, tested here: one row per claim of the OVQ paper, our test, our numbers and a verdict
+by a rule fixed in ``experiments/claims.yaml`` before the numbers are read.
+
+Each claim names the runs that test it (``results``, optionally ``select``-ed by params), the mixer it
+is about (``ours``), the mixers it is compared with (``against``), the endpoint and the kind of claim:
+
+- ``more``: ours scores better than each of ``against`` on the endpoint (paired over the seeds of model
+  and data, Holm over the claim's comparisons): "yes" where the adjusted p < 0.05 in the claimed
+  direction, "opposite" where it is < 0.05 the other way, "no difference" otherwise;
+- ``as_much``: ours matches each of ``against``: "yes" where the 95% interval of the paired difference
+  lies inside +-``margin`` (in the endpoint's units), else "no";
+- ``fails_to_learn``: every run of each of ``against`` fails the learned gates while some run of ours
+  passes them ("yes"), else "no";
+- ``untestable``: a sentence saying why this project cannot test it (yet).
+
+A claim is **reproduced** when every comparison says "yes", **partly** (k of n) when some do, **not
+reproduced** when none does. The endpoint is read against the facts in force where the runs have that
+scoring (``summary_current``), else from R. Runs of different code versions are never paired here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from omegaconf import OmegaConf
+
+from experiments import compare
+from experiments.intervals import holm, paired_comparison
+from strategies.evaluation.metrics import higher_is_better
+
+CLAIMS_FILE = os.path.join(os.path.dirname(__file__), "claims.yaml")
+KINDS = ("more", "as_much", "fails_to_learn", "untestable")
+
+
+@dataclass
+class Claim:
+    claim: str                                  # what the paper says, in our words
+    test: str                                   # our test: stream, scale, seeds, section
+    kind: str = "more"
+    ours: str = "ovq"                           # a configuration pattern (compare.find_group)
+    against: List[str] = field(default_factory=list)
+    results: List[str] = field(default_factory=list)
+    select: Dict[str, List[str]] = field(default_factory=dict)   # keep runs whose param KEY is one of these
+    endpoint: str = "final_average"
+    margin: float = math.nan                    # as_much: the largest difference that counts as "as much"
+    untestable: str = ""                        # why not (kind untestable)
+    note: str = ""                              # a sentence beside the verdict (e.g. the scale difference)
+
+
+@dataclass
+class ClaimResult:
+    claim: Claim
+    cells: List[str]                            # one per comparison: "vs X: ..." with its answer
+    answers: List[str]                          # "yes", "no", "no difference", "opposite", "refused"
+    verdict: str
+
+
+def load_claims(path: str = CLAIMS_FILE) -> tuple:
+    """(preamble, [Claim]) from the claims file; one line per mistake (ValueError)."""
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    claims = []
+    for i, entry in enumerate(raw.get("claims") or []):
+        unknown = set(entry) - set(Claim.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"{path}: claim {i + 1}: unknown keys {sorted(unknown)}")
+        c = Claim(**entry)
+        if c.kind not in KINDS:
+            raise ValueError(f"{path}: claim {i + 1}: kind must be one of {KINDS}, got {c.kind!r}")
+        if c.kind == "untestable" and not c.untestable:
+            raise ValueError(f"{path}: claim {i + 1}: an untestable claim says why (untestable: ...)")
+        if c.kind != "untestable" and not (c.results and c.against):
+            raise ValueError(f"{path}: claim {i + 1}: needs results and against")
+        if c.kind == "as_much" and not c.margin > 0:
+            raise ValueError(f"{path}: claim {i + 1}: kind as_much needs a margin > 0")
+        claims.append(c)
+    return raw.get("preamble", ""), claims
+
+
+def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
+    out = []
+    for rel in claim.results:
+        path = os.path.join(root, rel)
+        if not os.path.exists(path):
+            continue
+        with open(path) as fh:
+            for d in json.load(fh):
+                r = compare.record_from_json(d)
+                if all(str(r.params.get(k)) in [str(v) for v in vs] for k, vs in claim.select.items()):
+                    out.append(r)
+    return out
+
+
+def _value(r: compare.RunRecord, endpoint: str) -> float:
+    v = r.summary_current.get(endpoint) if endpoint in r.summary_current else r.summary.get(endpoint)
+    return math.nan if v is None else float(v)
+
+
+def evaluate(claim: Claim, root: str) -> ClaimResult:
+    """The claim's comparisons, answers and verdict by the rules of the module docstring."""
+    if claim.kind == "untestable":
+        return ClaimResult(claim, [], [], f"not testable here: {claim.untestable}")
+    records = _records(claim, root)
+    if not records:
+        return ClaimResult(claim, [], [], "not run yet")
+    groups = compare.group_records(records)
+    try:
+        ours = groups[compare.find_group(groups, claim.ours)]
+    except ValueError:
+        return ClaimResult(claim, [], [], f"not run yet (no runs of {claim.ours})")
+    higher = higher_is_better(ours[0].metric)
+    cells, answers, comparisons = [], [], []
+    for name in claim.against:
+        try:
+            theirs = groups[compare.find_group(groups, name)]
+        except ValueError:
+            cells.append(f"vs {name}: no runs")
+            answers.append("no runs")
+            comparisons.append(None)
+            continue
+        if claim.kind == "fails_to_learn":
+            failed = sum(r.learned is False for r in theirs)
+            ours_learned = sum(r.learned is True for r in ours)
+            ok = failed == len(theirs) and ours_learned > 0
+            cells.append(f"{name}: {failed}/{len(theirs)} runs failed the learned gates ({claim.ours}: "
+                         f"{ours_learned}/{len(ours)} learned)")
+            answers.append("yes" if ok else "no")
+            comparisons.append(None)
+            continue
+        versions = {r.code_version for r in ours} | {r.code_version for r in theirs}
+        if len(versions) > 1:
+            cells.append(f"vs {name}: refused (runs of {len(versions)} code versions)")
+            answers.append("refused")
+            comparisons.append(None)
+            continue
+        mine = {r.replicate: r for r in ours}
+        other = {r.replicate: r for r in theirs}
+        shared = sorted(set(mine) & set(other), key=str)
+        c = paired_comparison([_value(mine[s], claim.endpoint) for s in shared],
+                              [_value(other[s], claim.endpoint) for s in shared])
+        comparisons.append((name, c))
+        cells.append("")                       # filled below, with the adjusted p
+        answers.append("")
+    if claim.kind == "more":
+        tested = [(i, c) for i, c in enumerate(comparisons) if c is not None]
+        adjusted = holm([c.p_t for _, (_, c) in tested]) if tested else []
+        for (i, (name, c)), p in zip(tested, adjusted):
+            better = c.mean_difference > 0 if higher else c.mean_difference < 0
+            answers[i] = ("yes" if better else "opposite") if p == p and p < 0.05 else "no difference"
+            cells[i] = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], Holm p {p:.2g}, "
+                        f"{c.n} pairs: {answers[i]}")
+    elif claim.kind == "as_much":
+        for i, item in enumerate(comparisons):
+            if item is None:
+                continue
+            name, c = item
+            inside = c.n >= 2 and -claim.margin <= c.low and c.high <= claim.margin
+            answers[i] = "yes" if inside else "no"
+            cells[i] = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] (margin "
+                        f"+-{claim.margin:g}), {c.n} pairs: {answers[i]}")
+    k, n = sum(a == "yes" for a in answers), len(answers)
+    verdict = "reproduced" if n and k == n else (f"partly ({k} of {n})" if k else "not reproduced")
+    return ClaimResult(claim, cells, answers, verdict)
+
+
+def claims_section(root: str, path: str = CLAIMS_FILE) -> str:
+    """The claims table for RESULTS.md (its preamble, one row per claim)."""
+    preamble, claims = load_claims(path)
+    lines = ["## The paper's claims, tested here", "", preamble.strip(), "",
+             "| the paper's claim | our test | our result (ours - theirs, 95% CI) | verdict |", "|---|---|---|---|"]
+    for claim in claims:
+        result = evaluate(claim, root)
+        body = "; ".join(result.cells) or "-"
+        verdict = f"**{result.verdict}**" + (f". {claim.note}" if claim.note else "")
+        lines.append(f"| {claim.claim} | {claim.test} | {body} | {verdict} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,67 @@
+"""The paper's claims table: each kind of claim's rule on records with known answers."""
+import json
+
+import pytest
+
+from experiments import claims
+from experiments.claims import Claim, evaluate
+
+
+def _run(layers, seed, final, learned=True, version="code-a", metric="accuracy"):
+    return {"label": f"{layers}-s{seed}", "params": {"model.layers": f"['{layers}']", "seed": str(seed)},
+            "metric": metric, "summary": {"final_average": final}, "summary_current": {}, "learned": learned,
+            "R": [[final]], "seed": seed, "data_seed": seed, "code_version": version}
+
+
+@pytest.fixture
+def root(tmp_path):
+    runs = []
+    for s in range(6):
+        runs += [_run("ovq", s, 0.60 + 0.01 * s), _run("ssm", s, 0.30 + 0.02 * s), _run("vq", s, 0.90 + 0.005 * s),
+                 _run("linear", s, 0.60 + 0.01 * s + (0.002 if s % 2 else -0.002)),
+                 _run("delta", s, 0.1, learned=False)]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.json").write_text(json.dumps(runs))
+    (tmp_path / "results" / "b.json").write_text(json.dumps([_run("ovq", s, 0.6, version="code-b") for s in range(3)] +
+                                                            [_run("ssm", s, 0.3) for s in range(3)]))
+    return str(tmp_path)
+
+
+def test_more_says_yes_opposite_or_no_difference_after_holm(root):
+    result = evaluate(Claim("c", "t", kind="more", against=["ssm", "vq", "linear"], results=["results/a.json"]), root)
+    assert result.answers == ["yes", "opposite", "no difference"]
+    assert result.verdict == "partly (1 of 3)"
+    # ovq 0.60 + 0.01 s against ssm 0.30 + 0.02 s over s = 0..5: 0.30 - 0.01 * 2.5
+    assert result.cells[0].startswith("vs ssm: +0.275 [") and "6 pairs: yes" in result.cells[0]
+    assert evaluate(Claim("c", "t", against=["ssm"], results=["results/a.json"]), root).verdict == "reproduced"
+    assert evaluate(Claim("c", "t", against=["vq"], results=["results/a.json"]), root).verdict == "not reproduced"
+
+
+def test_as_much_needs_the_whole_interval_inside_the_margin(root):
+    near = Claim("c", "t", kind="as_much", against=["linear"], results=["results/a.json"], margin=0.01)
+    assert evaluate(near, root).answers == ["yes"]
+    far = Claim("c", "t", kind="as_much", against=["ssm"], results=["results/a.json"], margin=0.01)
+    assert evaluate(far, root).answers == ["no"] and evaluate(far, root).verdict == "not reproduced"
+
+
+def test_fails_to_learn_untestable_missing_and_refused(root):
+    fails = Claim("c", "t", kind="fails_to_learn", against=["delta", "ssm"], results=["results/a.json"])
+    result = evaluate(fails, root)
+    assert result.answers == ["yes", "no"] and "delta: 6/6 runs failed" in result.cells[0]
+    assert evaluate(Claim("c", "t", kind="untestable", untestable="no GPU"), root).verdict == "not testable here: no GPU"
+    assert evaluate(Claim("c", "t", against=["ssm"], results=["results/none.json"]), root).verdict == "not run yet"
+    mixed = evaluate(Claim("c", "t", against=["ssm"], results=["results/b.json"]), root)
+    assert mixed.answers == ["refused"] and "code versions" in mixed.cells[0]
+
+
+def test_the_shipped_claims_load_and_bad_files_get_one_line(tmp_path):
+    preamble, shipped = claims.load_claims()
+    assert "Scale" in preamble and len(shipped) >= 7
+    assert {c.kind for c in shipped} <= set(claims.KINDS)
+    bad = tmp_path / "c.yaml"
+    bad.write_text("claims:\n  - {claim: x, test: y, kind: as_much, against: [vq], results: [r.json]}\n")
+    with pytest.raises(ValueError, match="kind as_much needs a margin > 0"):
+        claims.load_claims(str(bad))
+    bad.write_text("claims:\n  - {claim: x, test: y, kind: untestable}\n")
+    with pytest.raises(ValueError, match="says why"):
+        claims.load_claims(str(bad))
