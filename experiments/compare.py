@@ -38,7 +38,7 @@ REPORTING_KEYS = ("gate.delay",)
 # it): such a value is dropped, so that old and new runs of one config stay one config (as in
 # RunConfig.identity, which drops an empty after_meta)
 ABSENT_VALUES = {"after_meta.model": "{}", "gate.interference": "[]", "gate.capacity_facts": "[]",
-                 "meta_train.retention_loss": "0.0"}
+                 "meta_train.retention_loss": "0.0", "gate.position_length": "0"}
 
 
 def _params(p: Dict[str, Any]) -> Dict[str, Any]:
@@ -66,6 +66,7 @@ class RunRecord:
     delay: Dict[str, Any] = field(default_factory=dict)   # the delay-recall curve and gate (runner's ``delay``)
     interference: Dict[str, Any] = field(default_factory=dict)   # the interference curves (runner's ``interference``)
     capacity: Dict[str, Any] = field(default_factory=dict)   # the capacity curve (runner's ``capacity``)
+    position: Dict[str, Any] = field(default_factory=dict)   # position curves per domain (runner's ``position``)
     config_id: Optional[str] = None           # the run identity: config (seeds included) ...
     code_version: Optional[str] = None        # ... and the code that ran it
     finished_at: float = 0.0                  # when it ended (MLflow), or its place in a JSON list: the latest wins
@@ -107,7 +108,7 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
         delay=dict(d.get("delay") or {}), interference=dict(d.get("interference") or {}),
-        capacity=dict(d.get("capacity") or {}),
+        capacity=dict(d.get("capacity") or {}), position=dict(d.get("position") or {}),
         config_id=d.get("config_id"), code_version=d.get("code_version"),
         shared_bytes=list(d["shared_bytes_per_layer"]) if "shared_bytes_per_layer" in d else derived_memory(d["params"])[0],
         learned_buffers=int(d["learned_buffers"]) if "learned_buffers" in d else derived_memory(d["params"])[1],
@@ -489,6 +490,67 @@ def capacity_table(records: Iterable[RunRecord]) -> str:
         cells.append(", ".join("unbounded" if b is None else str(b) for b in bounds) or "-")
         cells.append(_bytes_cell(runs))
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def position_table(records: Iterable[RunRecord]) -> str:
+    """One row per configuration and domain with position curves: bits per byte per position bucket,
+    mean ± std [95% CI] over seeds. '' when no run has one."""
+    groups = {k: [r for r in v if (r.position or {}).get("curves")] for k, v in group_records(records).items()}
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return ""
+    edges = sorted({(b["lo"], b["hi"]) for runs in groups.values() for r in runs
+                    for c in r.position["curves"].values() for b in c["buckets"]})
+    head = ["configuration", "domain", "n", *[f"[{lo}, {hi})" for lo, hi in edges]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups):
+        runs = groups[key]
+        for domain in dict.fromkeys(d for r in runs for d in r.position["curves"]):
+            have = [r for r in runs if domain in r.position["curves"]]
+            cells = [key, domain, str(len(have))]
+            for lo, hi in edges:
+                values = [next((b["bits_per_byte"] for b in r.position["curves"][domain]["buckets"]
+                                if (b["lo"], b["hi"]) == (lo, hi)), math.nan) for r in have]
+                cells.append(mean_interval(values).format() if any(not math.isnan(v) for v in values) else "-")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
+    """Every configuration against ``baseline`` on the bits per byte of the last position bucket of each
+    domain (the longest contexts), paired over the replicates both ran, Holm over the table's rows.
+    '' when no run has position curves."""
+    from experiments.intervals import holm
+
+    groups = {k: [r for r in v if (r.position or {}).get("curves")] for k, v in group_records(records).items()}
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return ""
+    base_key = find_group(groups, baseline)
+
+    def last(r, domain):
+        buckets = r.position["curves"].get(domain, {}).get("buckets") or []
+        return buckets[-1]["bits_per_byte"] if buckets else math.nan
+
+    base = {r.replicate: r for r in groups[base_key]}
+    domains = list(dict.fromkeys(d for r in groups[base_key] for d in r.position["curves"]))
+    rows = []
+    for key in sorted(groups):
+        if key == base_key:
+            continue
+        others = {r.replicate: r for r in groups[key]}
+        shared = sorted(set(base) & set(others), key=str)
+        for domain in domains:
+            bucket = groups[base_key][0].position["curves"][domain]["buckets"][-1]
+            c = paired_comparison([last(others[s], domain) for s in shared], [last(base[s], domain) for s in shared])
+            rows.append((key, domain, f"[{bucket['lo']}, {bucket['hi']})", c))
+    adjusted = holm([c.p_t for *_, c in rows])
+    lines = [f"baseline: {base_key}", "", "| configuration - baseline | domain | positions | n pairs | difference "
+             "(bits per byte) [95% CI] | paired t p | p Holm | Wilcoxon p |", "|---|---|---|---|---|---|---|---|"]
+    for (key, domain, where, c), p in zip(rows, adjusted):
+        lines.append(f"| {key} | {domain} | {where} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
+                     f"{c.p_t:.2g} | {p:.2g} | {c.p_wilcoxon:.2g} |")
     return "\n".join(lines)
 
 

@@ -72,6 +72,12 @@ class GateSection:
     # the capacity curve (strategies.evaluation.capacity): recall of N facts bound once, for each N here
     # (the stream's capacity probe; ICR: N <= n_keys); empty: not measured
     capacity_facts: List[int] = field(default_factory=list)
+    # the position curve (strategies.evaluation.position): bits per byte against the position in held-out
+    # documents of this many tokens, after the stream, one curve per experience's domain (text with
+    # long_bytes); 0: not measured
+    position_length: int = 0
+    position_episodes: int = 8             # documents per domain
+    position_chunk: int = 1024             # tokens per forward call, the state carried between them
 
 
 @dataclass
@@ -165,6 +171,11 @@ class RunConfig:
         _require(cfg.meta_train.lr > 0, "meta_train.lr", "> 0", cfg.meta_train.lr)
         _require(cfg.meta_train.tbptt >= 0, "meta_train.tbptt", ">= 0 (0 = backpropagate through the whole item)",
                  cfg.meta_train.tbptt)
+        _require(cfg.gate.position_length >= 0, "gate.position_length", ">= 0 (0 = no position curve)",
+                 cfg.gate.position_length)
+        _require(cfg.gate.position_episodes >= 1 and cfg.gate.position_chunk >= 1,
+                 "gate.position_episodes and gate.position_chunk", ">= 1",
+                 (cfg.gate.position_episodes, cfg.gate.position_chunk))
         _require(cfg.meta_train.retention_loss >= 0, "meta_train.retention_loss",
                  ">= 0 (0 = no auxiliary retention loss)", cfg.meta_train.retention_loss)
         _require(cfg.gate.delay_max_tokens is None or cfg.gate.delay_max_tokens >= 1, "gate.delay_max_tokens",
@@ -279,6 +290,9 @@ class RunConfig:
                 d["gate"].pop(key, None)
         if not d["gate"].get("capacity_facts"):          # no capacity curve: as before it existed
             d["gate"].pop("capacity_facts", None)
+        if not d["gate"].get("position_length"):         # no position curve: as before it existed
+            for key in ("position_length", "position_episodes", "position_chunk"):
+                d["gate"].pop(key, None)
         if d.get("precision") == "fp32":
             d.pop("precision")
         if self.resolved_device() != "cpu":

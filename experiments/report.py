@@ -526,6 +526,17 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         parts += ["Interference curves (measured after meta-training, before the stream, from a fresh state: "
                   "recall of facts presented once against the number of items between them and their queries, "
                   "by kind of item; `docs/measurement.md`):", "", interference, ""]
+    position = compare.position_table(records)
+    if position:
+        parts += ["Position curves (after the stream, each held-out document read from a fresh state: bits per byte "
+                  "by position bucket, mean over seeds; `strategies/evaluation/position.py`):", "", position, ""]
+        if spec.baseline:
+            try:
+                paired = compare.position_paired_table(records, spec.baseline)
+            except ValueError as e:
+                paired = f"(no paired table: {e})"
+            parts += ["The longest contexts (last position bucket of each domain), paired against the baseline "
+                      "(difference = row - baseline; lower is better):", "", paired, ""]
     before = compare.before_capacity_table(records)
     if before:
         parts += ["Interference against capacity (other_region: new bindings of another experience's keys; a memory "

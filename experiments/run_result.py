@@ -38,6 +38,7 @@ class RunResult:
     delay: Dict[str, Any] = field(default_factory=dict)
     interference: Dict[str, Any] = field(default_factory=dict)   # the interference curves ({} if not measured)
     capacity: Dict[str, Any] = field(default_factory=dict)       # the capacity curve ({} if not measured)
+    position: Dict[str, Any] = field(default_factory=dict)       # position curves per domain ({} if not measured)
     parameters: int = 0
     state_bytes_per_lane: List[float] = field(default_factory=list)
     wall_seconds: float = math.nan
@@ -59,7 +60,7 @@ class RunResult:
                    current=d.get("current"), summary_current=d.get("summary_current", {}), gate=d.get("gate", {}),
                    stream_gate=d.get("stream_gate", {}), delay=d.get("delay", {}),
                    interference=d.get("interference", {}), capacity=d.get("capacity", {}),
-                   parameters=d.get("parameters", 0),
+                   position=d.get("position", {}), parameters=d.get("parameters", 0),
                    state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
                    wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"),
                    code_version=d.get("code_version"), provenance=d.get("provenance", {}),
@@ -81,7 +82,8 @@ class RunResult:
             "higher_is_better": higher_is_better(self.metric), "R": self.R, "R_se": self.R_se, "R_n": self.R_n,
             "current": self.current, "summary": self.summary, "summary_current": self.summary_current,
             "gate": self.gate, "stream_gate": self.stream_gate, "delay": self.delay,
-            "interference": self.interference, "capacity": self.capacity, "learned": self.learned,
+            "interference": self.interference, "capacity": self.capacity, "position": self.position,
+            "learned": self.learned,
             "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
             "state_bytes": self.state_bytes,
             "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,

@@ -60,6 +60,7 @@ from strategies.evaluation import forgetting
 from strategies.evaluation.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
 from strategies.evaluation.capacity import measure_capacity, plot_capacity
 from strategies.evaluation.interference import item_ladder, measure_interference, plot_interference
+from strategies.evaluation.position import measure_position_curve, plot_position
 from strategies.evaluation.gate import measure_gate, stream_gate
 from strategies.evaluation.metrics import higher_is_better
 from strategies.evaluation.results import (ResultMatrix, n_learned_buffers, n_parameters, shared_memory_bytes,
@@ -637,6 +638,30 @@ def capacity_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, An
     return out
 
 
+def position_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
+    """The position curves (``strategies.evaluation.position``) of the final model, one per experience's
+    domain, each document read from a fresh state: printed, logged (metrics ``position/<domain>`` stepped
+    by the bucket's end, a table, a plot) and returned as the record's ``position``; {} when not asked for."""
+    cfg, bench = run.config, run.bench
+    if not cfg.gate.position_length:
+        return {}
+    names = [getattr(d, "name", str(j)) for j, d in enumerate(getattr(run.info, "domains", []))] or \
+        [str(j) for j in range(run.info.n_experiences)]
+    curves = {}
+    with run.autocast():
+        for j, name in enumerate(names):
+            docs = bench.position_probe(j, cfg.gate.position_length, cfg.gate.position_episodes)
+            curves[name] = measure_position_curve(session.model, docs, cfg.gate.position_length,
+                                                  cfg.gate.position_chunk, cfg.gate.batch_size, device=run.device)
+    out = {"length": cfg.gate.position_length, "curves": {n: c.as_dict() for n, c in curves.items()}}
+    tracker.log_metric_values([(f"position/{n}", b.bits_per_byte, b.hi) for n, c in curves.items() for b in c.buckets])
+    table = "\n\n".join(f"{n}:\n{c.table()}" for n, c in curves.items())
+    _log_probe_artifacts(tracker, "position", out, table, plot_position(curves, cfg.label()))
+    if cfg.progress:
+        print(f"position curves ({cfg.label()}), bits per byte against position:\n{table}", flush=True)
+    return out
+
+
 def check_interference(cfg: RunConfig, bench) -> None:
     """``gate.interference`` asks for kinds the stream's probe knows and ``gate.capacity_facts`` for
     numbers of facts it can make, or the stream has no such probe: one line, before anything runs (each
@@ -645,6 +670,9 @@ def check_interference(cfg: RunConfig, bench) -> None:
                  [(kind, 1, 1) for kind in cfg.gate.interference])
     _check_probe(bench, "capacity_probe", "gate.capacity_facts", cfg.stream.name,
                  [(n, 1) for n in cfg.gate.capacity_facts])
+    _check_probe(bench, "position_probe", "gate.position_length", cfg.stream.name,
+                 [(j, cfg.gate.position_length, 1) for j in range(bench.info.n_experiences)]
+                 if cfg.gate.position_length else [])
 
 
 def check_retention(cfg: RunConfig, bench) -> None:
@@ -746,7 +774,8 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         tracker.run_id, run.checkpoint_path if run.checkpoints else None, session.meta_history,
         R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=session.gate,
         stream_gate=s_gate, delay=session.delay, interference=session.interference,
-        capacity=session.capacity, parameters=n_parameters(session.model),
+        capacity=session.capacity, position=position_record(run, session, tracker),
+        parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
         code_version=run.code_version, provenance=provenance(run, tracker),

@@ -132,6 +132,10 @@ class StreamData:
     ``meta_recalled``, where the stream has it (ICR): item i is a bool tensor shaped like meta-training
     item i's labels, True at the answers to facts that item did not present in the same episode (recalled
     from earlier episodes): what the auxiliary retention loss (``meta_train.retention_loss``) weighs.
+
+    ``position_probe(domain, length, n)``, where the stream has it (text with ``long_bytes``): ``n``
+    held-out documents of ``length`` tokens of experience ``domain``'s domain, for the position curve
+    (``strategies.evaluation.position``).
     """
 
     train: List[Dataset]
@@ -142,6 +146,7 @@ class StreamData:
     interference_probe: Optional[Callable[[str, int, int], Dataset]] = None
     capacity_probe: Optional[Callable[[int, int], Dataset]] = None
     meta_recalled: Optional["EpisodeDataset"] = None
+    position_probe: Optional[Callable[[int, int, int], Dataset]] = None
 
     def __post_init__(self) -> None:
         if self.meta_train is not None and not isinstance(self.meta_train, EpisodeDataset):
@@ -188,9 +193,9 @@ def to_benchmark(data: StreamData):
     """An Avalanche benchmark (CLScenario) of ``data``: ``train_stream`` and ``test_stream`` of K experiences.
 
     Experience j carries task label j (``experience.task_label``) and its dataset yields ``(x, y, j)``.
-    The benchmark also gets seven attributes: ``info`` (``data.info``), ``meta_train`` (an
+    The benchmark also gets eight attributes: ``info`` (``data.info``), ``meta_train`` (an
     AvalancheDataset with task label 0, or None), ``meta_train_episodes`` (the plain
-    :class:`EpisodeDataset`, or None), ``delay_probe``, ``interference_probe``, ``capacity_probe`` and ``meta_recalled`` (or None).
+    :class:`EpisodeDataset`, or None), ``delay_probe``, ``interference_probe``, ``capacity_probe``, ``meta_recalled`` and ``position_probe`` (or None).
     """
     import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
@@ -213,6 +218,7 @@ def to_benchmark(data: StreamData):
     bench.interference_probe = data.interference_probe
     bench.capacity_probe = data.capacity_probe
     bench.meta_recalled = data.meta_recalled
+    bench.position_probe = data.position_probe
     return bench
 
 

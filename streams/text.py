@@ -30,6 +30,11 @@ lane b, and lane b reads contiguous text (window k + 1 starts where window k's i
 that carries lane b's state from batch to batch reads on where it stopped. Lanes start at seeded
 offsets (a function of the seed and the domain's name), one in each L-th of the text.
 
+**Long held-out text** (``long_bytes`` > 0): the last ``long_bytes`` of each domain are cut off before
+the blocks, in neither split, and read whole by the position probe (``position_probe(domain, length,
+n)``: n documents of ``length`` bytes, evenly spaced), which measures bits per byte against the
+position in a long document (``strategies.evaluation.position``).
+
 **Meta-training**: random windows (one fresh window per episode) of the ``meta_domains`` (none by
 default, then ``meta_train`` is None); a meta domain may not also be a stream domain.
 """
@@ -40,6 +45,7 @@ import os
 import sysconfig
 import zlib
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
@@ -62,6 +68,7 @@ class TextConfig(EpisodeStreamConfig):
     max_bytes: Optional[int] = 1_000_000  # per domain; None -> everything
     suffixes: List[str] = field(default_factory=lambda: [".txt", ".rst", ".md", ".py", ".csv", ".json", ".html"])
     meta_domains: List[str] = field(default_factory=list)
+    long_bytes: int = 0                   # the last bytes of each domain, held out whole for the position probe
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class TextDomain:
     test_text: bytes
     train_starts: List[int]               # offset in train_text of each training item's window
     test_starts: List[int]                # offset in test_text of each test item's window
+    long_text: bytes = b""                # the domain's last long_bytes, in neither split (position probe)
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,7 @@ def _check(cfg: TextConfig) -> None:
     require(not both, what, f"meta_domains {both} are also stream domains (their held-out text would leak)")
     for key in ("seq_len", "train_episodes", "test_episodes", "lanes", "block_bytes", "meta_train_episodes"):
         require(getattr(cfg, key) >= 1, what, f"{key} must be >= 1, got {getattr(cfg, key)}")
-    for key in ("seed", "meta_seed"):
+    for key in ("seed", "meta_seed", "long_bytes"):
         require(getattr(cfg, key) >= 0, what, f"{key} must be >= 0, got {getattr(cfg, key)}")
     require(cfg.max_bytes is None or cfg.max_bytes >= 1, what, f"max_bytes must be >= 1 or null, got {cfg.max_bytes}")
     require(0 < cfg.test_fraction < 1, what, f"test_fraction must be in (0, 1), got {cfg.test_fraction}")
@@ -218,6 +226,12 @@ def _meta_window(text: np.ndarray, cfg: TextConfig, i: int):
 
 def _domain(name: str, cfg: TextConfig) -> TextDomain:
     text, n_files = read_domain(name, cfg)
+    long_text = b""
+    if cfg.long_bytes:
+        require(len(text) > cfg.long_bytes + 2 * cfg.block_bytes, f"text domain {name!r}",
+                f"{len(text)} bytes cannot spare long_bytes={cfg.long_bytes} and keep two blocks of "
+                f"block_bytes={cfg.block_bytes}")
+        text, long_text = text[:-cfg.long_bytes], text[-cfg.long_bytes:]
     train_blocks, test_blocks = split_blocks(len(text), name, cfg)
     B = cfg.block_bytes
     train = b"".join(text[b * B: (b + 1) * B] for b in train_blocks)
@@ -225,7 +239,22 @@ def _domain(name: str, cfg: TextConfig) -> TextDomain:
     tag = zlib.crc32(name.encode("utf-8"))
     starts = [lane_starts(len(t), n, cfg, seeded_rng("text", which, cfg.seed, tag), f"text domain {name!r} ({which})")
               for t, n, which in ((train, cfg.train_episodes, "train"), (test, cfg.test_episodes, "test"))]
-    return TextDomain(name, n_files, len(text), train_blocks, test_blocks, train, test, starts[0], starts[1])
+    return TextDomain(name, n_files, len(text), train_blocks, test_blocks, train, test, starts[0], starts[1], long_text)
+
+
+def position_probe(domains: List[TextDomain], domain: int, length: int, n: int) -> EpisodeDataset:
+    """``n`` documents of ``length`` bytes (x, y: the next byte) from domain ``domain``'s held-out long
+    text (``long_bytes``), evenly spaced over it (overlapping when it is shorter than n * length)."""
+    what = "text position probe"
+    require(0 <= domain < len(domains), what, f"domain must be in [0, {len(domains) - 1}], got {domain}")
+    text = domains[domain].long_text
+    require(len(text) >= length + 1, what,
+            f"domain {domains[domain].name!r} holds {len(text)} long held-out bytes, fewer than length + 1 = "
+            f"{length + 1} (set stream.options.long_bytes)")
+    require(length >= 1 and n >= 1, what, f"length and n must be >= 1, got {length}, {n}")
+    span = len(text) - length - 1
+    starts = [0] if n == 1 else [k * span // (n - 1) for k in range(n)]
+    return EpisodeDataset(_window, (np.frombuffer(text, np.uint8), starts, length), n)
 
 
 def text_data(cfg: Any = None) -> StreamData:
@@ -246,7 +275,7 @@ def text_data(cfg: Any = None) -> StreamData:
         meta = EpisodeDataset(_meta_window, (np.frombuffer(text, np.uint8), cfg), cfg.meta_train_episodes)
     info = TextInfo(name="text", metric="bits_per_byte", n_experiences=len(domains), seq_len=cfg.seq_len,
                     test_seq_len=cfg.seq_len, vocab_size=256, config=cfg, domains=domains)
-    return StreamData(train, test, meta, info)
+    return StreamData(train, test, meta, info, position_probe=partial(position_probe, domains))
 
 
 def text_benchmark(cfg: Any = None):
