@@ -218,10 +218,10 @@ def _fresh(cfg: CICRConfig, centers: np.ndarray, use_regions: bool, tag: tuple, 
 def _probe(cfg: CICRConfig, centers: np.ndarray, name: str, make, *args):
     """A probe of the ICR stream (its last argument n), encoded with fresh vectors from the regions."""
     inner = make(*args)
-    return _fresh(cfg, centers, True, tuple(hash_free(a) for a in (name, *args[:-1])), inner)
+    return _fresh(cfg, centers, True, tuple(_probe_index(a) for a in (name, *args[:-1])), inner)
 
 
-def hash_free(value: Any) -> int:
+def _probe_index(value: Any) -> int:
     """A probe argument as an integer for the random stream's index (kinds by their name's bytes)."""
     if isinstance(value, str):
         return int.from_bytes(value.encode()[:8], "little")
@@ -238,7 +238,7 @@ def cicr_data(cfg: Any = None) -> StreamData:
         seeded_rng("cicr", "world_values", cfg.seed).standard_normal((cfg.n_values, cfg.d_value)))
     train = [EpisodeDataset(_stream_item, (cfg, keys, values, d), len(d)) for d in inner.train]
     test = [EpisodeDataset(_stream_item, (cfg, keys, values, d), len(d)) for d in inner.test]
-    meta = _fresh(cfg, centers, False, (hash_free("meta"),), inner.meta_train)
+    meta = _fresh(cfg, centers, False, (_probe_index("meta"),), inner.meta_train)
     V = cfg.n_values if values is None else cfg.d_value
     icr = inner.info
     info = CICRInfo(

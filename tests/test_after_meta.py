@@ -104,3 +104,18 @@ def test_a_rule_after_meta_training_on_a_budget_sized_model_keeps_the_meta_train
     plain = run(cfg(root, "am_budget_plain", share=False, model=model))
     other = run(cfg(root, "am_budget_other", OTHER, share=False, model=model))
     assert other.meta_history == plain.meta_history and other.gate == plain.gate
+
+
+def test_a_larger_dictionary_at_test_time_changes_the_state_and_nothing_else(in_tmp):
+    """Eval-time N (issue 30): ``after_meta.model.mixers.ovq.num_slots`` grows OVQ's dictionary after
+    meta-training. The meta-training, the weights' count and the parameters are those of the trained
+    model; the dictionary in the state carried (and the capacity bound) grows 4x; the run is a configuration of its own."""
+    root, _ = in_tmp
+    shared = {"checkpoint": {"dir": str(root / "ckpt" / "slots_shared")}}
+    plain = run(cfg(root, "slots16", **shared))
+    wider = run(cfg(root, "slots64", {"mixers": {"ovq": {"num_slots": 64}}}, gate={"capacity_facts": [2]}, **shared))
+    assert wider.meta_history == plain.meta_history and wider.parameters == plain.parameters
+    assert wider.capacity["bound_per_layer"] == [64]
+    # the dictionary (keys, values, counts per slot) grows 4x; what does not scale with N stays
+    assert all(3 * b < w < 4 * b for b, w in zip(plain.state_bytes_per_lane, wider.state_bytes_per_lane))
+    assert cfg(root, "x", {"mixers": {"ovq": {"num_slots": 64}}}).identity() != cfg(root, "x").identity()
