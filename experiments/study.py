@@ -17,7 +17,7 @@ from experiments.study_specs import StudySpec, load_study
 
 SMOKE_OVERRIDES = ("meta_train.steps=2", "meta_train.batch_size=4", "gate.episodes=4", "gate.batch_size=4",
                    "gate.delay_episodes=2", "gate.interference_episodes=2", "gate.interference_max_items=2",
-                   "gate.position_episodes=1", "progress=false")
+                   "gate.position_episodes=1", "progress=false", "tracking.enabled=false")
 
 
 def smoke_command(argv: List[str], spec: StudySpec, root: str,

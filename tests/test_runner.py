@@ -189,6 +189,8 @@ def test_too_few_episodes_for_the_lanes_is_said_before_meta_training(in_tmp, mon
 SHRINK = {  # shipped configs at tiny sizes, so that every one of them runs end to end in the tests
     "icr": ["stream.options.train_episodes=8", "stream.options.test_episodes=2", "stream.options.n_experiences=2"],
     "icl": ["stream.options.train_episodes=8", "stream.options.test_episodes=2", "stream.options.n_experiences=2"],
+    "cicr": ["stream.options.train_episodes=8", "stream.options.test_episodes=2", "stream.options.n_experiences=2",
+             "stream.options.n_keys=256"],
     "text": ["stream.options.train_episodes=8", "stream.options.test_episodes=8", "stream.options.seq_len=16",
              "stream.options.max_bytes=20000", "model.n_layers=2"],
 }
