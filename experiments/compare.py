@@ -517,6 +517,17 @@ def position_table(records: Iterable[RunRecord]) -> str:
     return "\n".join(lines)
 
 
+def _pairs_against(groups: Dict[str, List[RunRecord]], base_key: str):
+    """(key, [(run, baseline run)]) for every other group, its runs paired with the baseline's on the
+    replicates (seed of model, seed of data) both ran."""
+    base = {r.replicate: r for r in groups[base_key]}
+    for key in sorted(groups):
+        if key == base_key:
+            continue
+        others = {r.replicate: r for r in groups[key]}
+        yield key, [(others[s], base[s]) for s in sorted(set(base) & set(others), key=str)]
+
+
 def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
     """Every configuration against ``baseline`` on the bits per byte of the last position bucket of each
     domain (the longest contexts), paired over the replicates both ran, Holm over the table's rows.
@@ -533,17 +544,12 @@ def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
         buckets = r.position["curves"].get(domain, {}).get("buckets") or []
         return buckets[-1]["bits_per_byte"] if buckets else math.nan
 
-    base = {r.replicate: r for r in groups[base_key]}
     domains = list(dict.fromkeys(d for r in groups[base_key] for d in r.position["curves"]))
     rows = []
-    for key in sorted(groups):
-        if key == base_key:
-            continue
-        others = {r.replicate: r for r in groups[key]}
-        shared = sorted(set(base) & set(others), key=str)
+    for key, pairs in _pairs_against(groups, base_key):
         for domain in domains:
             bucket = groups[base_key][0].position["curves"][domain]["buckets"][-1]
-            c = paired_comparison([last(others[s], domain) for s in shared], [last(base[s], domain) for s in shared])
+            c = paired_comparison([last(a, domain) for a, _ in pairs], [last(b, domain) for _, b in pairs])
             rows.append((key, domain, f"[{bucket['lo']}, {bucket['hi']})", c))
     adjusted = holm([c.p_t for *_, c in rows])
     lines = [f"baseline: {base_key}", "", "| configuration - baseline | domain | positions | n pairs | difference "
@@ -621,17 +627,12 @@ def paired_table(records: Iterable[RunRecord], baseline: str,
 
     groups = group_records(records)
     base_key = find_group(groups, baseline)
-    base = {r.replicate: r for r in groups[base_key]}
     head = ["configuration - baseline", "metric", "n pairs", "difference [95% CI]", "paired t p", "p Holm (metric)",
             "Wilcoxon p", "d_z"]
     rows = []                                      # (key, column, comparison or None)
-    for key in sorted(groups):
-        if key == base_key:
-            continue
-        others = {r.replicate: r for r in groups[key]}
-        shared = sorted(set(base) & set(others), key=str)
+    for key, all_pairs in _pairs_against(groups, base_key):
         for column in columns:
-            pairs = [(others[s], base[s]) for s in shared]
+            pairs = all_pairs
             if column in FORGETTING:
                 pairs = [(a, b) for a, b in pairs if a.learned is not False and b.learned is not False]
             c = paired_comparison([a.summary.get(column, math.nan) for a, _ in pairs],

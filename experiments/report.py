@@ -490,6 +490,35 @@ def _iv(iv) -> str:
     return f"{iv.mean:.3f}" + (f" [{iv.low:.3f}, {iv.high:.3f}]" if iv.n > 1 else "")
 
 
+def _probe_tables(records: List[compare.RunRecord], baseline: Optional[str]):
+    """(caption, table) of every probe's table ('' where no run measured it): delay, capacity,
+    interference, position (and its longest contexts paired against ``baseline``), interference
+    against capacity."""
+    position = compare.position_table(records)
+    paired = ""
+    if position and baseline:
+        try:
+            paired = compare.position_paired_table(records, baseline)
+        except ValueError as e:
+            paired = f"(no paired table: {e})"
+    return [
+        ("Delay-recall curves (measured after meta-training, before the stream, from a fresh state; "
+         "`docs/measurement.md`):", compare.delay_table(records)),
+        ("Capacity curves (after meta-training, before the stream, from a fresh state: recall of N facts bound once "
+         "and then queried; `docs/measurement.md`):", compare.capacity_table(records)),
+        ("Interference curves (measured after meta-training, before the stream, from a fresh state: recall of facts "
+         "presented once against the number of items between them and their queries, by kind of item; "
+         "`docs/measurement.md`):", compare.interference_table(records)),
+        ("Position curves (after the stream, each held-out document read from a fresh state: bits per byte by "
+         "position bucket, mean over seeds; `strategies/evaluation/position.py`):", position),
+        ("The longest contexts (last position bucket of each domain), paired against the baseline (difference = "
+         "row - baseline; lower is better):", paired),
+        ("Interference against capacity (other_region: new bindings of another experience's keys; a memory that "
+         "halves its recall of P facts after h bindings while it holds C facts at once forgets before its capacity "
+         "is used when P + h < C):", compare.before_capacity_table(records)),
+    ]
+
+
 def section(spec: StudySpec, root: Optional[str] = None) -> str:
     raw = _raw(spec, root)
     records = [compare.record_from_json(d) for d in raw]
@@ -513,35 +542,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                   "those take less).", ""]
     parts += [code_versions_line(raw), ""]
     parts += [compare.summary_table(records), ""]
-    delays = compare.delay_table(records)
-    if delays:
-        parts += ["Delay-recall curves (measured after meta-training, before the stream, from a fresh state; "
-                  "`docs/measurement.md`):", "", delays, ""]
-    capacity = compare.capacity_table(records)
-    if capacity:
-        parts += ["Capacity curves (after meta-training, before the stream, from a fresh state: recall of N facts "
-                  "bound once and then queried; `docs/measurement.md`):", "", capacity, ""]
-    interference = compare.interference_table(records)
-    if interference:
-        parts += ["Interference curves (measured after meta-training, before the stream, from a fresh state: "
-                  "recall of facts presented once against the number of items between them and their queries, "
-                  "by kind of item; `docs/measurement.md`):", "", interference, ""]
-    position = compare.position_table(records)
-    if position:
-        parts += ["Position curves (after the stream, each held-out document read from a fresh state: bits per byte "
-                  "by position bucket, mean over seeds; `strategies/evaluation/position.py`):", "", position, ""]
-        if spec.baseline:
-            try:
-                paired = compare.position_paired_table(records, spec.baseline)
-            except ValueError as e:
-                paired = f"(no paired table: {e})"
-            parts += ["The longest contexts (last position bucket of each domain), paired against the baseline "
-                      "(difference = row - baseline; lower is better):", "", paired, ""]
-    before = compare.before_capacity_table(records)
-    if before:
-        parts += ["Interference against capacity (other_region: new bindings of another experience's keys; a memory "
-                  "that halves its recall of P facts after h bindings while it holds C facts at once forgets before "
-                  "its capacity is used when P + h < C):", "", before, ""]
+    for caption, table in _probe_tables(records, spec.baseline):
+        if table:
+            parts += [caption, "", table, ""]
     if spec.plot:
         plot_by_state_bytes(records, os.path.join(root or PROJECT_DIR, spec.plot), spec.title)
         parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]
