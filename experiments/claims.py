@@ -14,8 +14,19 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
 - ``untestable``: a sentence saying why this project cannot test it (yet).
 
 A claim is **reproduced** when every comparison says "yes", **partly** (k of n) when some do, **not
-reproduced** when none does. The endpoint is read against the facts in force where the runs have that
-scoring (``summary_current``), else from R. Runs of different code versions are never paired here.
+reproduced** when none does. Runs of different code versions are never paired here.
+
+The endpoint is one of:
+
+- a summary name (``final_average``, ...): read against the facts in force where the runs have that
+  scoring (``summary_current``), else from R;
+- ``capacity@N``: the capacity curve's score with N facts bound once (recall of N facts from a fresh
+  state; the context grows with N), higher is better;
+- ``capacity_mean``: the mean score over the capacity curve's points (every N the runs measured);
+- ``position@DOMAIN``: bits per byte in the last position bucket of DOMAIN's position curve (the longest
+  contexts), lower is better.
+
+A run without the measurement gives NaN, which drops its pair.
 """
 from __future__ import annotations
 
@@ -73,6 +84,12 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
             raise ValueError(f"{path}: claim {i + 1}: an untestable claim says why (untestable: ...)")
         if c.kind != "untestable" and not (c.results and c.against):
             raise ValueError(f"{path}: claim {i + 1}: needs results and against")
+        if not (c.endpoint.startswith(("capacity@", "position@")) or c.endpoint == "capacity_mean"
+                or c.endpoint.isidentifier()):
+            raise ValueError(f"{path}: claim {i + 1}: endpoint {c.endpoint!r} is not a summary name, capacity@N, "
+                             "capacity_mean or position@DOMAIN")
+        if c.endpoint.startswith("capacity@") and not c.endpoint.split("@", 1)[1].isdigit():
+            raise ValueError(f"{path}: claim {i + 1}: capacity@N needs a whole number of facts, got {c.endpoint!r}")
         if c.kind == "as_much" and not c.margin > 0:
             raise ValueError(f"{path}: claim {i + 1}: kind as_much needs a margin > 0")
         claims.append(c)
@@ -94,8 +111,24 @@ def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
 
 
 def _value(r: compare.RunRecord, endpoint: str) -> float:
+    """One run's endpoint (module docstring); NaN where the run did not measure it."""
+    if endpoint.startswith("capacity@") or endpoint == "capacity_mean":
+        points = ((r.capacity or {}).get("curve") or {}).get("points") or []
+        if endpoint == "capacity_mean":
+            return sum(p["score"] for p in points) / len(points) if points else math.nan
+        facts = int(endpoint.split("@", 1)[1])
+        return next((float(p["score"]) for p in points if p["facts"] == facts), math.nan)
+    if endpoint.startswith("position@"):
+        buckets = (((r.position or {}).get("curves") or {}).get(endpoint.split("@", 1)[1]) or {}).get("buckets") or []
+        return float(buckets[-1]["bits_per_byte"]) if buckets else math.nan
     v = r.summary_current.get(endpoint) if endpoint in r.summary_current else r.summary.get(endpoint)
     return math.nan if v is None else float(v)
+
+
+def _higher_is_better(endpoint: str, metric: str) -> bool:
+    if endpoint.startswith("position@"):
+        return False                                   # bits per byte
+    return higher_is_better(metric)                    # capacity scores are in the stream's metric
 
 
 def evaluate(claim: Claim, root: str) -> ClaimResult:
@@ -110,7 +143,7 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
         ours = groups[compare.find_group(groups, claim.ours)]
     except ValueError:
         return ClaimResult(claim, [], [], f"not run yet (no runs of {claim.ours})")
-    higher = higher_is_better(ours[0].metric)
+    higher = _higher_is_better(claim.endpoint, ours[0].metric)
     cells, answers, comparisons = [], [], []
     for name in claim.against:
         try:

@@ -65,3 +65,50 @@ def test_the_shipped_claims_load_and_bad_files_get_one_line(tmp_path):
     bad.write_text("claims:\n  - {claim: x, test: y, kind: untestable}\n")
     with pytest.raises(ValueError, match="says why"):
         claims.load_claims(str(bad))
+
+
+def _curve_run(layers, seed, scores, bpb, slots=None):
+    """A run with a capacity curve (scores at 16 and 64 facts) and a prose position curve (last bucket bpb)."""
+    r = _run(layers, seed, 0.5)
+    if slots:
+        r["params"]["after_meta.model.mixers.ovq.num_slots"] = slots
+    r["capacity"] = {"curve": {"metric": "accuracy", "points": [{"facts": 16, "score": scores[0]},
+                                                                {"facts": 64, "score": scores[1]}]}}
+    r["position"] = {"curves": {"prose": {"buckets": [{"lo": 0, "hi": 64, "bits_per_byte": 9.0},
+                                                      {"lo": 64, "hi": 256, "bits_per_byte": bpb}]}}}
+    return r
+
+
+def test_capacity_and_position_endpoints_read_the_curves(tmp_path):
+    runs = []
+    for s in range(5):
+        runs += [_curve_run("ovq", s, (1.0, 0.5 + 0.01 * s), 2.0 + 0.01 * s, slots="128"),
+                 _curve_run("ovq", s, (1.0, 0.8 + 0.01 * s), 2.0 + 0.01 * s, slots="2048"),
+                 _curve_run("full", s, (1.0, 0.9), 3.0 + 0.02 * s)]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "c.json").write_text(json.dumps(runs))
+    big = "ovq | after_meta.model.mixers.ovq.num_slots=2048"
+    small = "ovq | after_meta.model.mixers.ovq.num_slots=128"
+    at64 = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/c.json"], endpoint="capacity@64"), str(tmp_path))
+    assert at64.answers == ["yes"] and at64.cells[0].startswith("vs " + small + ": +0.300 [+0.300, +0.300]")
+    # the mean over the curve halves the gap: (1 + 0.8) / 2 - (1 + 0.5) / 2 = 0.15
+    mean = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/c.json"], endpoint="capacity_mean"), str(tmp_path))
+    assert "+0.150" in mean.cells[0]
+    at16 = evaluate(Claim("c", "t", kind="as_much", ours=big, against=[small], results=["results/c.json"],
+                          endpoint="capacity@16", margin=0.01), str(tmp_path))
+    assert at16.answers == ["yes"]
+    # bits per byte: lower is better, so ovq's 1.0 lower reads as a win, against full's last bucket
+    prose = evaluate(Claim("c", "t", ours=small, against=["full"], results=["results/c.json"], endpoint="position@prose"), str(tmp_path))
+    assert prose.answers == ["yes"] and "-1.020" in prose.cells[0]
+    absent = evaluate(Claim("c", "t", ours=small, against=["full"], results=["results/c.json"], endpoint="capacity@999"), str(tmp_path))
+    assert "0 pairs" in absent.cells[0] and absent.answers == ["no difference"]
+
+
+def test_bad_endpoints_get_one_line(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'capacity@many'}\n")
+    with pytest.raises(ValueError, match="capacity@N needs a whole number"):
+        claims.load_claims(str(bad))
+    bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'final average'}\n")
+    with pytest.raises(ValueError, match="is not a summary name"):
+        claims.load_claims(str(bad))
