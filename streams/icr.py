@@ -444,10 +444,27 @@ def block_facts(cfg: ICRConfig) -> int:
     return cfg.meta_block_facts if cfg.meta_block_facts is not None else cfg.facts_per_experience
 
 
+# Meta-training reads item i twice in a row (its x, y, then its recalled mask: strategies/training/meta.py),
+# and a long-horizon item costs ~15 ms to draw: the last item drawn is kept, keyed by the config object
+# itself (held here, so its id cannot be reused), the length and the index. Items are pure functions of
+# these, so the memo changes no value.
+_LAST_BLOCK_ITEM: list = [None]
+
+
 def _meta_block_items(cfg: ICRConfig, length: int, i: int):
     """Long-horizon meta-training item i (``meta_block_episodes`` B > 0, module docstring): E episodes in
     blocks of B over one table each. Returns x, y [E * length] int64 and recalled [E * length] bool (the
-    answers to facts the episode did not present)."""
+    answers to facts the episode did not present). The tensors are shared with the next call for the same
+    item: read them, do not write to them."""
+    last = _LAST_BLOCK_ITEM[0]
+    if last is not None and last[0] is cfg and last[1] == length and last[2] == i:
+        return last[3]
+    item = _draw_meta_block_items(cfg, length, i)
+    _LAST_BLOCK_ITEM[0] = (cfg, length, i, item)
+    return item
+
+
+def _draw_meta_block_items(cfg: ICRConfig, length: int, i: int):
     E, D, B, F = cfg.meta_sequence_episodes, cfg.meta_reach_back, cfg.meta_block_episodes, block_facts(cfg)
     P, Q = cfg.facts_per_episode, cfg.queries_per_episode
     rng = seeded_rng("icr", "meta_blocks", cfg.meta_seed, i)

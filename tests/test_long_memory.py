@@ -268,6 +268,23 @@ def test_a_one_episode_memory_fails_exactly_the_recalled_answers_and_a_tracker_f
     assert bool(right[scored & ~recalled].all()) and not bool(right[recalled].any())
 
 
+def test_an_item_and_its_mask_are_drawn_once_and_equal_a_fresh_draw(monkeypatch):
+    """Meta-training reads x, y then the recalled mask of each item: one draw serves both, and the kept
+    item equals what a fresh draw gives (the memo changes no value)."""
+    import streams.icr as icr
+
+    data = icr_data(BLOCKS)
+    draws = []
+    real = icr._draw_meta_block_items
+    monkeypatch.setattr(icr, "_draw_meta_block_items", lambda *a: draws.append(a[2]) or real(*a))
+    for i in (3, 4, 3):
+        x, y = data.meta_train[i]
+        mask = data.meta_recalled[i]
+        fx, fy, fmask = real(data.info.config, data.info.seq_len, i)
+        assert torch.equal(x, fx) and torch.equal(y, fy) and torch.equal(mask, fmask)
+    assert draws == [3, 4, 3]
+
+
 def test_recalled_masks_of_sequences_without_blocks_mark_answers_to_earlier_episodes():
     cfg = icr_config(LONG)
     data = icr_data(cfg)
