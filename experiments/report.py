@@ -484,6 +484,59 @@ def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) ->
     _finish(fig, ax, path, title, legend_size=6)
 
 
+def probe_curve_series(records: List[compare.RunRecord]) -> Dict[str, Dict[str, list]]:
+    """The probe curves' points, per panel and configuration: ``{panel: {configuration: [(x, interval)]}}``
+    with the mean and 95% interval over seeds at each x. Panels: ``"capacity"`` (x = facts bound once,
+    the score at each) and ``"position: DOMAIN"`` (x = the position bucket's upper edge in bytes, its bits
+    per byte). A configuration is in a panel when some run measured that curve."""
+    from experiments.intervals import mean_interval
+
+    panels: Dict[str, Dict[str, list]] = {}
+    for key, runs in sorted(compare.group_records(records).items()):
+        points: Dict[str, Dict[float, list]] = {}
+        for r in runs:
+            for p in ((r.capacity or {}).get("curve") or {}).get("points") or []:
+                points.setdefault("capacity", {}).setdefault(p["facts"], []).append(float(p["score"]))
+            for domain, curve in ((r.position or {}).get("curves") or {}).items():
+                for b in curve.get("buckets") or []:
+                    points.setdefault(f"position: {domain}", {}).setdefault(b["hi"], []).append(float(b["bits_per_byte"]))
+        for panel, by_x in points.items():
+            panels.setdefault(panel, {})[key] = [(x, mean_interval(v)) for x, v in sorted(by_x.items())]
+    return panels
+
+
+def plot_probe_curves(records: List[compare.RunRecord], path: str, title: str) -> None:
+    """The capacity curves (score against the facts bound, i.e. the context length) and the position curves
+    (bits per byte against position, one panel per domain), one line per configuration, 95% bands over
+    seeds, log-scale x."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = probe_curve_series(records)
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.6), squeeze=False)
+    for ax, (panel, series) in zip(axes[0], sorted(panels.items())):
+        for c, (key, pts) in enumerate(sorted(series.items())):
+            xs = [x for x, _ in pts]
+            ax.plot(xs, [iv.mean for _, iv in pts], marker="o", ms=3, color=f"C{c % 10}", ls="-:--"[c // 10 % 3],
+                    label=key)
+            lows = [iv.low if iv.n > 1 else iv.mean for _, iv in pts]
+            highs = [iv.high if iv.n > 1 else iv.mean for _, iv in pts]
+            ax.fill_between(xs, lows, highs, color=f"C{c % 10}", alpha=0.15)
+        ax.set_xscale("log", base=2)
+        capacity = panel == "capacity"
+        ax.set_xlabel("facts bound once, then queried (the context grows with them)" if capacity
+                      else "position in the document (bucket's upper edge, bytes)")
+        ax.set_ylabel(f"{records[0].metric} (mean over seeds, band: 95% CI)" if capacity
+                      else "bits per byte (mean over seeds, band: 95% CI; lower is better)")
+        ax.set_title(f"{title}\n{panel}", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    _save(fig, path)
+
+
 def _iv(iv) -> str:
     if not iv.n:
         return "n/a"
@@ -545,6 +598,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     for caption, table in _probe_tables(records, spec.baseline):
         if table:
             parts += [caption, "", table, ""]
+    if spec.curves:
+        plot_probe_curves(records, os.path.join(root or PROJECT_DIR, spec.curves), spec.title)
+        parts += [f"![capacity and position curves]({spec.curves})", ""]
     if spec.plot:
         plot_by_state_bytes(records, os.path.join(root or PROJECT_DIR, spec.plot), spec.title)
         parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]

@@ -383,3 +383,29 @@ def test_a_frontier_on_a_stream_without_changing_facts_is_kept_against_learned(t
     assert "| swa | window=266 | 2 (2) | 0.550 [" in table and "| 0.350 [" in table     # kept (0.6+0.5)/2, (0.3+0.4)/2
     report.plot_frontier(records, str(tmp_path / "f.png"), "toy")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+def test_probe_curves_give_mean_and_interval_per_configuration_and_x(tmp_path, monkeypatch):
+    """The capacity and position curves of a section: known means at each x, one panel per probe and
+    domain, drawn where the spec asks for them."""
+    runs = []
+    for s in range(3):
+        for layers, score in (("ovq", 0.5), ("full", 0.9)):
+            r = _run(layers, s, [[1.0]])
+            r["capacity"] = {"curve": {"points": [{"facts": 16, "score": 1.0}, {"facts": 64, "score": score + 0.1 * s}]}}
+            r["position"] = {"curves": {"prose": {"buckets": [{"lo": 0, "hi": 64, "bits_per_byte": 4.0 + s},
+                                                              {"lo": 64, "hi": 256, "bits_per_byte": 3.0}]}}}
+            runs.append(r)
+    records = [report.compare.record_from_json(d) for d in runs]
+    panels = report.probe_curve_series(records)
+    assert sorted(panels) == ["capacity", "position: prose"]
+    ovq = dict(next(v for k, v in panels["capacity"].items() if "ovq" in k))
+    assert ovq[16].mean == 1.0 and abs(ovq[64].mean - 0.6) < 1e-12 and ovq[64].n == 3
+    prose = dict(next(v for k, v in panels["position: prose"].items() if "full" in k))
+    assert abs(prose[64].mean - 5.0) < 1e-12 and prose[256].mean == 3.0
+    assert report.probe_curve_series([report.compare.record_from_json(_run("ovq", 0, [[1.0]]))]) == {}
+    _study_folder(tmp_path, monkeypatch, "curvy", runs,
+                  "title: 'Curves'\nsetup: 'A setup.'\ncurves: results/curvy.png\n")
+    text = report.section(study_specs.load_study("curvy"))
+    assert "![capacity and position curves](results/curvy.png)" in text
+    assert (tmp_path / "results" / "curvy.png").stat().st_size > 1000
