@@ -616,15 +616,36 @@ def _layers(text: str) -> List[str]:
     return [t.strip(" '\"") for t in text.strip("[]").split(",") if t.strip()]
 
 
-def paired_table(records: Iterable[RunRecord], baseline: str,
-                 columns: Sequence[str] = ("final_average", "learning_average", "forgetting_max", "forgetting_learned")) -> str:
+PAIRED_COLUMNS = ("final_average", "learning_average", "forgetting_max", "forgetting_learned")
+# on streams whose facts change, the same table also pairs the scores against the facts in force
+PAIRED_CURRENT_COLUMNS = ("current:final_average", "current:updated_fraction", "current:stale_fraction")
+
+
+def _column_value(r: RunRecord, column: str) -> float:
+    """A paired table's column of one run: a summary name (scored by R), or ``current:NAME`` (scored
+    against the facts in force, ``summary_current``); NaN where the run lacks it."""
+    if column.startswith("current:"):
+        return r.summary_current.get(column.split(":", 1)[1], math.nan)
+    return r.summary.get(column, math.nan)
+
+
+def _column_label(column: str) -> str:
+    return f"{column.split(':', 1)[1]} (facts in force)" if column.startswith("current:") else column
+
+
+def paired_table(records: Iterable[RunRecord], baseline: str, columns: Optional[Sequence[str]] = None) -> str:
     """Every configuration against ``baseline`` on the replicates (model seed, data seed) both ran:
     difference (other - baseline) with its 95% CI, paired t p, that p Holm-adjusted over the table's
     rows of the same metric (the table's tests of one endpoint are one family; the verdict table adjusts
     over whole stream families), exact Wilcoxon signed-rank p, Cohen's d_z. Forgetting pairs where
-    either run did not learn are dropped."""
+    either run did not learn are dropped. ``columns`` (default: :data:`PAIRED_COLUMNS`, plus
+    :data:`PAIRED_CURRENT_COLUMNS` when some run was scored against the facts in force) are summary names or
+    ``current:NAME``."""
     from experiments.intervals import holm
 
+    records = list(records)
+    if columns is None:
+        columns = PAIRED_COLUMNS + (PAIRED_CURRENT_COLUMNS if any(r.summary_current for r in records) else ())
     groups = group_records(records)
     base_key = find_group(groups, baseline)
     head = ["configuration - baseline", "metric", "n pairs", "difference [95% CI]", "paired t p", "p Holm (metric)",
@@ -635,8 +656,8 @@ def paired_table(records: Iterable[RunRecord], baseline: str,
             pairs = all_pairs
             if column in FORGETTING:
                 pairs = [(a, b) for a, b in pairs if a.learned is not False and b.learned is not False]
-            c = paired_comparison([a.summary.get(column, math.nan) for a, _ in pairs],
-                                  [b.summary.get(column, math.nan) for _, b in pairs]) if pairs else None
+            c = paired_comparison([_column_value(a, column) for a, _ in pairs],
+                                  [_column_value(b, column) for _, b in pairs]) if pairs else None
             rows.append((key, column, c))
     adjusted = {}
     for column in columns:
@@ -646,9 +667,9 @@ def paired_table(records: Iterable[RunRecord], baseline: str,
     lines = [f"baseline: {base_key}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, (key, column, c) in enumerate(rows):
         if c is None:
-            lines.append(f"| {key} | {column} | 0 | not learned | | | | |")
+            lines.append(f"| {key} | {_column_label(column)} | 0 | not learned | | | | |")
             continue
-        lines.append(f"| {key} | {column} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
+        lines.append(f"| {key} | {_column_label(column)} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
                      f"{_p(c.p_t)} | {_p(adjusted.get(i, math.nan))} | {_p(c.p_wilcoxon)} | {_f(c.effect_size_dz)} |")
     return "\n".join(lines)
 

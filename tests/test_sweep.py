@@ -102,6 +102,23 @@ def test_paired_comparison_against_a_baseline():
         compare.paired_table(records, "full")
 
 
+def test_paired_tables_add_the_facts_in_force_where_runs_have_them():
+    """Streams whose facts change: the same table pairs the final average, the updated and the stale share
+    scored against the facts in force (known differences: +0.2 updated, -0.2 stale on every seed)."""
+    records = [_record("ovq", s, 0.1) for s in range(4)] + [_record("vq", s, 0.1) for s in range(4)]
+    assert "facts in force" not in compare.paired_table(records, "vq")
+    for r in records:
+        up = 0.5 + 0.01 * r.seed + (0.2 if "ovq" in r.label else 0.0)
+        r.summary_current = {"final_average": 0.7, "updated_fraction": up, "stale_fraction": 1.0 - up}
+    text = compare.paired_table(records, "vq")
+    updated = next(line for line in text.splitlines() if "updated_fraction (facts in force)" in line)
+    stale = next(line for line in text.splitlines() if "stale_fraction (facts in force)" in line)
+    assert "| 4 | +0.200 [+0.200, +0.200]" in updated and "| 4 | -0.200 [-0.200, -0.200]" in stale
+    assert "final_average (facts in force) | 4 | +0.000" in text
+    only = compare.paired_table(records, "vq", columns=["current:updated_fraction"])
+    assert "final_average" not in only and "updated_fraction (facts in force)" in only
+
+
 def test_options_of_unused_mixers_do_not_split_or_name_groups():
     items = [{"seed": "0", "model.layers": "['ovq']", "model.ovq.num_slots": "64", "model.vq.codebook_size": "16"},
              {"seed": "1", "model.layers": "['ovq']", "model.ovq.num_slots": "64", "model.vq.codebook_size": "32"},
