@@ -18,6 +18,7 @@ import json
 import math
 import os
 import statistics
+import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
@@ -531,7 +532,7 @@ def plot_probe_curves(records: List[compare.RunRecord], path: str, title: str) -
                       else "position in the document (bucket's upper edge, bytes)")
         ax.set_ylabel(f"{records[0].metric} (mean over seeds, band: 95% CI)" if capacity
                       else "bits per byte (mean over seeds, band: 95% CI; lower is better)")
-        ax.set_title(f"{title}\n{panel}", fontsize=8)
+        ax.set_title(textwrap.fill(title, 80) + f"\n{panel}", fontsize=8)      # panels side by side: wrap
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     _save(fig, path)
