@@ -99,10 +99,19 @@ def validate_every_config(argv: List[str]) -> None:
                    plugins=args.plugin)
 
 
+SIZE_KEYS = ("model.state_budget",)     # a number of bytes: only sizes change with it, no code path
+
+
+def _is_size(key: str, values) -> bool:
+    """A setting that only sizes the model (a byte budget given as a number, not null)."""
+    return key.strip() in SIZE_KEYS and all(str(v).strip().isdigit() for v in values)
+
+
 def smoke_repeats(spec: StudySpec) -> List[int]:
     """The indices of the study's sweep commands that a smoke run would run exactly as an earlier one
-    but for their seeds and names (e.g. a budget's seeds split over five commands): their configs are
-    still validated, but one of them is enough to run on tiny sizes."""
+    but for their seeds, names and numeric state budgets (e.g. a budget's seeds split over five
+    commands, or the same sweep at two budgets): their configs are still validated, but one of them is
+    enough to run on tiny sizes."""
     from experiments.sweep import parse_grid
 
     seen, repeats = set(), []
@@ -113,11 +122,12 @@ def smoke_repeats(spec: StudySpec) -> List[int]:
                 j += 2
                 continue
             if argv[j] == "--grid":
-                ((key, _),) = parse_grid([argv[j + 1]]).items()
-                shape.append(("grid", key) if is_seed_axis(key) else argv[j + 1])
+                ((key, values),) = parse_grid([argv[j + 1]]).items()
+                shape.append(("grid", key) if is_seed_axis(key) or _is_size(key, values) else argv[j + 1])
                 j += 2
                 continue
-            shape.append(argv[j])
+            key, eq, value = argv[j].partition("=")
+            shape.append(("set", key) if eq and _is_size(key, [value]) else argv[j])
             j += 1
         if tuple(shape) in seen:
             repeats.append(i)

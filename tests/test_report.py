@@ -248,6 +248,14 @@ def test_smoke_runs_once_what_differs_only_by_seeds():
         "ovq-cl sweep a.yaml x=1 --grid 'model.layers=[ovq]' --grid 'seed=0' --name c --out results",
         "ovq-cl report"])
     assert study_runner.smoke_repeats(spec) == [1]
+    # a numeric byte budget sizes the model only; null (explicit sizes) is another code path
+    budgets = study_specs.StudySpec(commands=[
+        "ovq-cl sweep a.yaml model.state_budget=16960 --grid 'seed=0;1' --name a --out results",
+        "ovq-cl sweep a.yaml model.state_budget=67840 --grid 'seed=0;1' --name b --out results",
+        "ovq-cl sweep a.yaml model.state_budget=null --grid 'seed=0;1' --name c --out results",
+        "ovq-cl sweep a.yaml --grid 'model.state_budget=16960;271360' --grid 'seed=0' --name d --out results",
+        "ovq-cl sweep a.yaml --grid 'model.state_budget=67840' --grid 'seed=1' --name e --out results"])
+    assert study_runner.smoke_repeats(budgets) == [1, 4]
 
 
 def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
