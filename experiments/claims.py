@@ -21,12 +21,14 @@ The endpoint is one of:
 - a summary name (``final_average``, ...): read against the facts in force where the runs have that
   scoring (``summary_current``), else from R;
 - ``capacity@N``: the capacity curve's score with N facts bound once (recall of N facts from a fresh
-  state; the context grows with N), higher is better;
-- ``capacity_mean``: the mean score over the capacity curve's points (every N the runs measured);
+  state; the context grows with N), in the stream's metric and its direction;
+- ``capacity_mean``: the mean score over the capacity curve's points; a pair counts only where both
+  runs measured the same ladder of N;
 - ``position@DOMAIN``: bits per byte in the last position bucket of DOMAIN's position curve (the longest
-  contexts), lower is better.
+  contexts), lower is better; a pair counts only where both runs' last buckets cover the same positions.
 
-A run without the measurement gives NaN, which drops its pair.
+A run without the measurement gives NaN, which drops its pair; a comparison left with no pair says
+"not measured", and so does the verdict when no comparison was measured.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from strategies.evaluation.metrics import higher_is_better
 
 CLAIMS_FILE = os.path.join(os.path.dirname(__file__), "claims.yaml")
 KINDS = ("more", "as_much", "fails_to_learn", "untestable")
+SUMMARY_ENDPOINTS = tuple(dict.fromkeys(compare.COLUMNS + compare.CURRENT_COLUMNS)) + ("capacity_mean",)
 
 
 @dataclass
@@ -84,10 +87,11 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
             raise ValueError(f"{path}: claim {i + 1}: an untestable claim says why (untestable: ...)")
         if c.kind != "untestable" and not (c.results and c.against):
             raise ValueError(f"{path}: claim {i + 1}: needs results and against")
-        if not (c.endpoint.startswith(("capacity@", "position@")) or c.endpoint == "capacity_mean"
-                or c.endpoint.isidentifier()):
-            raise ValueError(f"{path}: claim {i + 1}: endpoint {c.endpoint!r} is not a summary name, capacity@N, "
-                             "capacity_mean or position@DOMAIN")
+        if not (c.endpoint.startswith(("capacity@", "position@")) or c.endpoint in SUMMARY_ENDPOINTS):
+            raise ValueError(f"{path}: claim {i + 1}: endpoint {c.endpoint!r} is not a summary name "
+                             f"{SUMMARY_ENDPOINTS}, capacity@N, capacity_mean or position@DOMAIN")
+        if c.endpoint.startswith("position@") and not c.endpoint.split("@", 1)[1]:
+            raise ValueError(f"{path}: claim {i + 1}: position@DOMAIN needs a domain, got {c.endpoint!r}")
         if c.endpoint.startswith("capacity@") and not c.endpoint.split("@", 1)[1].isdigit():
             raise ValueError(f"{path}: claim {i + 1}: capacity@N needs a whole number of facts, got {c.endpoint!r}")
         if c.kind == "as_much" and not c.margin > 0:
@@ -123,6 +127,24 @@ def _value(r: compare.RunRecord, endpoint: str) -> float:
         return float(buckets[-1]["bits_per_byte"]) if buckets else math.nan
     v = r.summary_current.get(endpoint) if endpoint in r.summary_current else r.summary.get(endpoint)
     return math.nan if v is None else float(v)
+
+
+def _where(r: compare.RunRecord, endpoint: str):
+    """What a run's endpoint was measured over, which both runs of a pair must share: the ladder of N for
+    ``capacity_mean``, the last bucket's (lo, hi) for ``position@DOMAIN``; None for the other endpoints."""
+    if endpoint == "capacity_mean":
+        return tuple(p["facts"] for p in ((r.capacity or {}).get("curve") or {}).get("points") or [])
+    if endpoint.startswith("position@"):
+        buckets = (((r.position or {}).get("curves") or {}).get(endpoint.split("@", 1)[1]) or {}).get("buckets") or []
+        return (buckets[-1]["lo"], buckets[-1]["hi"]) if buckets else None
+    return None
+
+
+def _pair_values(mine: compare.RunRecord, other: compare.RunRecord, endpoint: str):
+    """(ours, theirs) of one replicate; NaN for both when they were measured over different things."""
+    if _where(mine, endpoint) != _where(other, endpoint):
+        return math.nan, math.nan
+    return _value(mine, endpoint), _value(other, endpoint)
 
 
 def _higher_is_better(endpoint: str, metric: str) -> bool:
@@ -171,8 +193,13 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
         mine = {r.replicate: r for r in ours}
         other = {r.replicate: r for r in theirs}
         shared = sorted(set(mine) & set(other), key=str)
-        c = paired_comparison([_value(mine[s], claim.endpoint) for s in shared],
-                              [_value(other[s], claim.endpoint) for s in shared])
+        values = [_pair_values(mine[s], other[s], claim.endpoint) for s in shared]
+        c = paired_comparison([a for a, _ in values], [b for _, b in values])
+        if c.n == 0:
+            cells.append(f"vs {name}: not measured (no pair of runs with {claim.endpoint})")
+            answers.append("not measured")
+            comparisons.append(None)
+            continue
         comparisons.append((name, c))
         cells.append("")                       # filled below, with the adjusted p
         answers.append("")
@@ -194,6 +221,8 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
             cells[i] = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] (margin "
                         f"+-{claim.margin:g}), {c.n} pairs: {answers[i]}")
     k, n = sum(a == "yes" for a in answers), len(answers)
+    if n and all(a in ("not measured", "no runs") for a in answers):
+        return ClaimResult(claim, cells, answers, f"not measured ({claim.endpoint})")
     verdict = "reproduced" if n and k == n else (f"partly ({k} of {n})" if k else "not reproduced")
     return ClaimResult(claim, cells, answers, verdict)
 

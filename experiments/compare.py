@@ -651,10 +651,12 @@ def paired_table(records: Iterable[RunRecord], baseline: str, columns: Optional[
     head = ["configuration - baseline", "metric", "n pairs", "difference [95% CI]", "paired t p", "p Holm (metric)",
             "Wilcoxon p", "d_z"]
     rows = []                                      # (key, column, comparison or None)
+    all_pairs_of = []                              # per row: whether the two configurations share replicates
     for key, all_pairs in _pairs_against(groups, base_key):
         for column in columns:
+            all_pairs_of.append(bool(all_pairs))
             pairs = all_pairs
-            if column in FORGETTING:
+            if column.split(":", 1)[-1] in FORGETTING:
                 pairs = [(a, b) for a, b in pairs if a.learned is not False and b.learned is not False]
             c = paired_comparison([_column_value(a, column) for a, _ in pairs],
                                   [_column_value(b, column) for _, b in pairs]) if pairs else None
@@ -666,10 +668,13 @@ def paired_table(records: Iterable[RunRecord], baseline: str, columns: Optional[
             adjusted[i] = a
     lines = [f"baseline: {base_key}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, (key, column, c) in enumerate(rows):
-        if c is None:
-            lines.append(f"| {key} | {_column_label(column)} | 0 | not learned | | | | |")
+        if c is None or c.n == 0:
+            # no pair: forgetting keeps only learned pairs; a score missing on either side is not measured
+            why = "not learned" if column.split(":", 1)[-1] in FORGETTING and all_pairs_of[i] else "not measured"
+            lines.append(f"| {key} | {_column_label(column)} | 0 | {why} | | | | |")
             continue
-        lines.append(f"| {key} | {_column_label(column)} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
+        interval = f"[{c.low:+.3f}, {c.high:+.3f}]" if c.n >= 2 else "(one pair: no interval)"
+        lines.append(f"| {key} | {_column_label(column)} | {c.n} | {c.mean_difference:+.3f} {interval} | "
                      f"{_p(c.p_t)} | {_p(adjusted.get(i, math.nan))} | {_p(c.p_wilcoxon)} | {_f(c.effect_size_dz)} |")
     return "\n".join(lines)
 

@@ -478,7 +478,7 @@ def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) ->
         if not rows:
             continue
         steps = [s for s, _ in rows]
-        ax.plot(steps, [statistics.fmean(v) for _, v in rows], color=f"C{c % 10}", ls="-:--"[c // 10 % 3], label=key)
+        ax.plot(steps, [statistics.fmean(v) for _, v in rows], color=f"C{c % 10}", ls=("-", ":", "--")[c // 10 % 3], label=key)
         ax.fill_between(steps, [min(v) for _, v in rows], [max(v) for _, v in rows], color=f"C{c % 10}", alpha=0.15)
     ax.set_xlabel("meta-training step")
     ax.set_ylabel(f"{metric} on the training batches (mean over seeds, band: range)")
@@ -506,22 +506,22 @@ def probe_curve_series(records: List[compare.RunRecord]) -> Dict[str, Dict[str, 
     return panels
 
 
-def plot_probe_curves(records: List[compare.RunRecord], path: str, title: str) -> None:
+def plot_probe_curves(records: List[compare.RunRecord], path: str, title: str) -> bool:
     """The capacity curves (score against the facts bound, i.e. the context length) and the position curves
     (bits per byte against position, one panel per domain), one line per configuration, 95% bands over
-    seeds, log-scale x."""
+    seeds, log-scale x. False (and nothing written) when no run has a curve."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = probe_curve_series(records)
     if not panels:
-        return
+        return False
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.6), squeeze=False)
     for ax, (panel, series) in zip(axes[0], sorted(panels.items())):
         for c, (key, pts) in enumerate(sorted(series.items())):
             xs = [x for x, _ in pts]
-            ax.plot(xs, [iv.mean for _, iv in pts], marker="o", ms=3, color=f"C{c % 10}", ls="-:--"[c // 10 % 3],
+            ax.plot(xs, [iv.mean for _, iv in pts], marker="o", ms=3, color=f"C{c % 10}", ls=("-", ":", "--")[c // 10 % 3],
                     label=key)
             lows = [iv.low if iv.n > 1 else iv.mean for _, iv in pts]
             highs = [iv.high if iv.n > 1 else iv.mean for _, iv in pts]
@@ -536,6 +536,7 @@ def plot_probe_curves(records: List[compare.RunRecord], path: str, title: str) -
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     _save(fig, path)
+    return True
 
 
 def _iv(iv) -> str:
@@ -599,8 +600,7 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     for caption, table in _probe_tables(records, spec.baseline):
         if table:
             parts += [caption, "", table, ""]
-    if spec.curves:
-        plot_probe_curves(records, os.path.join(root or PROJECT_DIR, spec.curves), spec.title)
+    if spec.curves and plot_probe_curves(records, os.path.join(root or PROJECT_DIR, spec.curves), spec.title):
         parts += [f"![capacity and position curves]({spec.curves})", ""]
     if spec.plot:
         plot_by_state_bytes(records, os.path.join(root or PROJECT_DIR, spec.plot), spec.title)

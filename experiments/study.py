@@ -99,7 +99,9 @@ def validate_every_config(argv: List[str]) -> None:
                    plugins=args.plugin)
 
 
-SIZE_KEYS = ("model.state_budget",)     # a number of bytes: only sizes change with it, no code path
+# a number of bytes: a smoke run at one budget exercises the same commands as at another (the sizes, hence
+# e.g. whether OVQ's dictionary fills in a full-size run, do differ: the real runs cover that)
+SIZE_KEYS = ("model.state_budget",)
 
 
 def _is_size(key: str, values) -> bool:
@@ -165,7 +167,7 @@ def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[st
             if smoke and argv[1] == "sweep":
                 validate_every_config(argv[2:])
             if i in repeats:
-                print("(smoke: validated; runs as an earlier command but for its seeds, not run again)", flush=True)
+                print("(smoke: validated; runs as an earlier command but for its seeds or byte budget, not run again)", flush=True)
                 continue
             args = smoke_command(argv[1:], spec, smoke) if smoke else argv[1:]
             code = execute(args + list(sweep_args) if argv[1] == "sweep" else args)

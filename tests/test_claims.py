@@ -101,7 +101,16 @@ def test_capacity_and_position_endpoints_read_the_curves(tmp_path):
     prose = evaluate(Claim("c", "t", ours=small, against=["full"], results=["results/c.json"], endpoint="position@prose"), str(tmp_path))
     assert prose.answers == ["yes"] and "-1.020" in prose.cells[0]
     absent = evaluate(Claim("c", "t", ours=small, against=["full"], results=["results/c.json"], endpoint="capacity@999"), str(tmp_path))
-    assert "0 pairs" in absent.cells[0] and absent.answers == ["no difference"]
+    assert absent.answers == ["not measured"] and absent.verdict == "not measured (capacity@999)"
+    # runs measured over different positions or ladders are not paired
+    for r in runs:
+        if r["params"]["model.layers"] == "['full']":
+            r["position"]["curves"]["prose"]["buckets"][-1]["hi"] = 1024
+            r["capacity"]["curve"]["points"] = r["capacity"]["curve"]["points"][:1]
+    (tmp_path / "results" / "c.json").write_text(json.dumps(runs))
+    for endpoint in ("position@prose", "capacity_mean"):
+        moved = evaluate(Claim("c", "t", ours=small, against=["full"], results=["results/c.json"], endpoint=endpoint), str(tmp_path))
+        assert moved.answers == ["not measured"], endpoint
 
 
 def test_bad_endpoints_get_one_line(tmp_path):
@@ -109,6 +118,10 @@ def test_bad_endpoints_get_one_line(tmp_path):
     bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'capacity@many'}\n")
     with pytest.raises(ValueError, match="capacity@N needs a whole number"):
         claims.load_claims(str(bad))
-    bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'final average'}\n")
-    with pytest.raises(ValueError, match="is not a summary name"):
+    for endpoint in ("final average", "final_averge"):
+        bad.write_text(f"claims:\n  - {{claim: x, test: y, against: [vq], results: [r.json], endpoint: '{endpoint}'}}\n")
+        with pytest.raises(ValueError, match="is not a summary name"):
+            claims.load_claims(str(bad))
+    bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'position@'}\n")
+    with pytest.raises(ValueError, match="needs a domain"):
         claims.load_claims(str(bad))

@@ -117,6 +117,11 @@ def test_paired_tables_add_the_facts_in_force_where_runs_have_them():
     assert "final_average (facts in force) | 4 | +0.000" in text
     only = compare.paired_table(records, "vq", columns=["current:updated_fraction"])
     assert "final_average" not in only and "updated_fraction (facts in force)" in only
+    # a configuration without the scoring (or a fact that never changed) gives "not measured", not NaN
+    records += [_record("ssm", s, 0.1) for s in range(4)]
+    text = compare.paired_table(records, "vq")
+    ssm = next(line for line in text.splitlines() if "ssm" in line and "stale_fraction" in line)
+    assert "| 0 | not measured |" in ssm and "nan" not in text
 
 
 def test_options_of_unused_mixers_do_not_split_or_name_groups():
