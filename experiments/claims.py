@@ -28,7 +28,8 @@ The endpoint is one of:
   contexts), lower is better; a pair counts only where both runs' last buckets cover the same positions.
 
 A run without the measurement gives NaN, which drops its pair; a comparison left with no pair says
-"not measured", and so does the verdict when no comparison was measured.
+"not measured", one with a single pair "too few pairs", and the verdict says so (or "not run yet" when
+no compared mixer has runs) when no comparison could be made.
 """
 from __future__ import annotations
 
@@ -195,9 +196,10 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
         shared = sorted(set(mine) & set(other), key=str)
         values = [_pair_values(mine[s], other[s], claim.endpoint) for s in shared]
         c = paired_comparison([a for a, _ in values], [b for _, b in values])
-        if c.n == 0:
-            cells.append(f"vs {name}: not measured (no pair of runs with {claim.endpoint})")
-            answers.append("not measured")
+        if c.n < 2:
+            cells.append(f"vs {name}: not measured (no pair of runs with {claim.endpoint})" if c.n == 0 else
+                         f"vs {name}: {c.mean_difference:+.3f} from one pair of runs: too few pairs")
+            answers.append("not measured" if c.n == 0 else "too few pairs")
             comparisons.append(None)
             continue
         comparisons.append((name, c))
@@ -221,8 +223,11 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
             cells[i] = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] (margin "
                         f"+-{claim.margin:g}), {c.n} pairs: {answers[i]}")
     k, n = sum(a == "yes" for a in answers), len(answers)
-    if n and all(a in ("not measured", "no runs") for a in answers):
-        return ClaimResult(claim, cells, answers, f"not measured ({claim.endpoint})")
+    if n and all(a == "no runs" for a in answers):
+        return ClaimResult(claim, cells, answers, f"not run yet (no runs of {', '.join(claim.against)})")
+    if n and all(a in ("not measured", "no runs", "too few pairs") for a in answers):
+        return ClaimResult(claim, cells, answers, "too few pairs" if "too few pairs" in answers
+                           else f"not measured ({claim.endpoint})")
     verdict = "reproduced" if n and k == n else (f"partly ({k} of {n})" if k else "not reproduced")
     return ClaimResult(claim, cells, answers, verdict)
 

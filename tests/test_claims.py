@@ -100,6 +100,12 @@ def test_capacity_and_position_endpoints_read_the_curves(tmp_path):
     # bits per byte: lower is better, so ovq's 1.0 lower reads as a win, against full's last bucket
     prose = evaluate(Claim("c", "t", ours=small, against=["full"], results=["results/c.json"], endpoint="position@prose"), str(tmp_path))
     assert prose.answers == ["yes"] and "-1.020" in prose.cells[0]
+    one = [r for r in runs if r["seed"] == 0]
+    (tmp_path / "results" / "one.json").write_text(json.dumps(one))
+    single = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/one.json"], endpoint="capacity@64"), str(tmp_path))
+    assert single.answers == ["too few pairs"] and single.verdict == "too few pairs" and "nan" not in single.cells[0]
+    nobody = evaluate(Claim("c", "t", ours=small, against=["vq"], results=["results/c.json"]), str(tmp_path))
+    assert nobody.verdict == "not run yet (no runs of vq)"
     absent = evaluate(Claim("c", "t", ours=small, against=["full"], results=["results/c.json"], endpoint="capacity@999"), str(tmp_path))
     assert absent.answers == ["not measured"] and absent.verdict == "not measured (capacity@999)"
     # runs measured over different positions or ladders are not paired
