@@ -118,14 +118,14 @@ def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
 def _value(r: compare.RunRecord, endpoint: str) -> float:
     """One run's endpoint (module docstring); NaN where the run did not measure it."""
     if endpoint.startswith("capacity@") or endpoint == "capacity_mean":
-        points = ((r.capacity or {}).get("curve") or {}).get("points") or []
+        points = compare.capacity_points(r)
         if endpoint == "capacity_mean":
             return sum(p["score"] for p in points) / len(points) if points else math.nan
         facts = int(endpoint.split("@", 1)[1])
         return next((float(p["score"]) for p in points if p["facts"] == facts), math.nan)
     if endpoint.startswith("position@"):
-        buckets = (((r.position or {}).get("curves") or {}).get(endpoint.split("@", 1)[1]) or {}).get("buckets") or []
-        return float(buckets[-1]["bits_per_byte"]) if buckets else math.nan
+        bucket = compare.last_position_bucket(r, endpoint.split("@", 1)[1])
+        return float(bucket["bits_per_byte"]) if bucket else math.nan
     v = r.summary_current.get(endpoint) if endpoint in r.summary_current else r.summary.get(endpoint)
     return math.nan if v is None else float(v)
 
@@ -134,10 +134,10 @@ def _where(r: compare.RunRecord, endpoint: str):
     """What a run's endpoint was measured over, which both runs of a pair must share: the ladder of N for
     ``capacity_mean``, the last bucket's (lo, hi) for ``position@DOMAIN``; None for the other endpoints."""
     if endpoint == "capacity_mean":
-        return tuple(p["facts"] for p in ((r.capacity or {}).get("curve") or {}).get("points") or [])
+        return tuple(p["facts"] for p in compare.capacity_points(r))
     if endpoint.startswith("position@"):
-        buckets = (((r.position or {}).get("curves") or {}).get(endpoint.split("@", 1)[1]) or {}).get("buckets") or []
-        return (buckets[-1]["lo"], buckets[-1]["hi"]) if buckets else None
+        bucket = compare.last_position_bucket(r, endpoint.split("@", 1)[1])
+        return (bucket["lo"], bucket["hi"]) if bucket else None
     return None
 
 

@@ -493,6 +493,18 @@ def capacity_table(records: Iterable[RunRecord]) -> str:
     return "\n".join(lines)
 
 
+def capacity_points(r: RunRecord) -> List[Dict[str, Any]]:
+    """A run's capacity-curve points (each with ``facts`` and ``score``); [] when it measured none."""
+    return ((r.capacity or {}).get("curve") or {}).get("points") or []
+
+
+def last_position_bucket(r: RunRecord, domain: str) -> Optional[Dict[str, Any]]:
+    """The last (longest-context) bucket of a run's position curve on ``domain`` (``lo``, ``hi``,
+    ``bits_per_byte``); None when it has none."""
+    buckets = (((r.position or {}).get("curves") or {}).get(domain) or {}).get("buckets") or []
+    return buckets[-1] if buckets else None
+
+
 def position_table(records: Iterable[RunRecord]) -> str:
     """One row per configuration and domain with position curves: bits per byte per position bucket,
     mean ± std [95% CI] over seeds. '' when no run has one."""
@@ -541,8 +553,8 @@ def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
     base_key = find_group(groups, baseline)
 
     def last(r, domain):
-        buckets = r.position["curves"].get(domain, {}).get("buckets") or []
-        return buckets[-1]["bits_per_byte"] if buckets else math.nan
+        bucket = last_position_bucket(r, domain)
+        return bucket["bits_per_byte"] if bucket else math.nan
 
     domains = list(dict.fromkeys(d for r in groups[base_key] for d in r.position["curves"]))
     rows = []
@@ -650,27 +662,25 @@ def paired_table(records: Iterable[RunRecord], baseline: str, columns: Optional[
     base_key = find_group(groups, baseline)
     head = ["configuration - baseline", "metric", "n pairs", "difference [95% CI]", "paired t p", "p Holm (metric)",
             "Wilcoxon p", "d_z"]
-    rows = []                                      # (key, column, comparison or None)
-    all_pairs_of = []                              # per row: whether the two configurations share replicates
+    rows = []                                      # (key, column, comparison or None, shares replicates)
     for key, all_pairs in _pairs_against(groups, base_key):
         for column in columns:
-            all_pairs_of.append(bool(all_pairs))
             pairs = all_pairs
             if column.split(":", 1)[-1] in FORGETTING:
                 pairs = [(a, b) for a, b in pairs if a.learned is not False and b.learned is not False]
             c = paired_comparison([_column_value(a, column) for a, _ in pairs],
                                   [_column_value(b, column) for _, b in pairs]) if pairs else None
-            rows.append((key, column, c))
+            rows.append((key, column, c, bool(all_pairs)))
     adjusted = {}
     for column in columns:
-        family = [(i, c) for i, (_, col, c) in enumerate(rows) if col == column and c is not None]
+        family = [(i, c) for i, (_, col, c, _) in enumerate(rows) if col == column and c is not None]
         for (i, _), a in zip(family, holm([c.p_t for _, c in family])):
             adjusted[i] = a
     lines = [f"baseline: {base_key}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for i, (key, column, c) in enumerate(rows):
+    for i, (key, column, c, shared) in enumerate(rows):
         if c is None or c.n == 0:
             # no pair: forgetting keeps only learned pairs; a score missing on either side is not measured
-            why = "not learned" if column.split(":", 1)[-1] in FORGETTING and all_pairs_of[i] else "not measured"
+            why = "not learned" if column.split(":", 1)[-1] in FORGETTING and shared else "not measured"
             lines.append(f"| {key} | {_column_label(column)} | 0 | {why} | | | | |")
             continue
         interval = f"[{c.low:+.3f}, {c.high:+.3f}]" if c.n >= 2 else "(one pair: no interval)"

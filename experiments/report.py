@@ -464,6 +464,11 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
+def _line_style(c: int) -> Dict[str, str]:
+    """The colour and dash of the c-th line of a figure: ten colours, then the next dash style."""
+    return {"color": f"C{c % 10}", "ls": ("-", ":", "--")[c // 10 % 3]}
+
+
 def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) -> None:
     """Meta-training's learning curves: the metric on the training batches against the step, one line per
     configuration (mean over seeds, the band their range)."""
@@ -478,8 +483,8 @@ def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) ->
         if not rows:
             continue
         steps = [s for s, _ in rows]
-        ax.plot(steps, [statistics.fmean(v) for _, v in rows], color=f"C{c % 10}", ls=("-", ":", "--")[c // 10 % 3], label=key)
-        ax.fill_between(steps, [min(v) for _, v in rows], [max(v) for _, v in rows], color=f"C{c % 10}", alpha=0.15)
+        ax.plot(steps, [statistics.fmean(v) for _, v in rows], **_line_style(c), label=key)
+        ax.fill_between(steps, [min(v) for _, v in rows], [max(v) for _, v in rows], color=_line_style(c)["color"], alpha=0.15)
     ax.set_xlabel("meta-training step")
     ax.set_ylabel(f"{metric} on the training batches (mean over seeds, band: range)")
     _finish(fig, ax, path, title, legend_size=6)
@@ -496,7 +501,7 @@ def probe_curve_series(records: List[compare.RunRecord]) -> Dict[str, Dict[str, 
     for key, runs in sorted(compare.group_records(records).items()):
         points: Dict[str, Dict[float, list]] = {}
         for r in runs:
-            for p in ((r.capacity or {}).get("curve") or {}).get("points") or []:
+            for p in compare.capacity_points(r):
                 points.setdefault("capacity", {}).setdefault(p["facts"], []).append(float(p["score"]))
             for domain, curve in ((r.position or {}).get("curves") or {}).items():
                 for b in curve.get("buckets") or []:
@@ -521,11 +526,10 @@ def plot_probe_curves(records: List[compare.RunRecord], path: str, title: str) -
     for ax, (panel, series) in zip(axes[0], sorted(panels.items())):
         for c, (key, pts) in enumerate(sorted(series.items())):
             xs = [x for x, _ in pts]
-            ax.plot(xs, [iv.mean for _, iv in pts], marker="o", ms=3, color=f"C{c % 10}", ls=("-", ":", "--")[c // 10 % 3],
-                    label=key)
+            ax.plot(xs, [iv.mean for _, iv in pts], marker="o", ms=3, **_line_style(c), label=key)
             lows = [iv.low if iv.n > 1 else iv.mean for _, iv in pts]
             highs = [iv.high if iv.n > 1 else iv.mean for _, iv in pts]
-            ax.fill_between(xs, lows, highs, color=f"C{c % 10}", alpha=0.15)
+            ax.fill_between(xs, lows, highs, color=_line_style(c)["color"], alpha=0.15)
         ax.set_xscale("log", base=2)
         capacity = panel == "capacity"
         ax.set_xlabel("facts bound once, then queried (the context grows with them)" if capacity
