@@ -56,6 +56,7 @@ class RunRecord:
     summary_current: Dict[str, float] = field(default_factory=dict)
     learned: Optional[bool] = None            # both gates (None: not measured)
     gate_skill: float = math.nan              # held-out skill against chance
+    gate_chance: float = math.nan             # ... and its chance score (the context-free predictor's)
     stream_skill: float = math.nan            # skill of the mean learning score on the stream
     state_bytes: List[float] = field(default_factory=list)   # per layer and lane
     parameters: int = 0
@@ -104,7 +105,8 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
     return RunRecord(
         label=d["label"], params=_params(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
         summary_current=dict(d.get("summary_current") or {}), learned=learned_from_gates(d),
-        gate_skill=_num((d.get("gate") or {}).get("skill")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
+        gate_skill=_num((d.get("gate") or {}).get("skill")),
+        gate_chance=_num((d.get("gate") or {}).get("chance")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
         delay=dict(d.get("delay") or {}), interference=dict(d.get("interference") or {}),
@@ -608,17 +610,23 @@ def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_regio
     return "\n".join(lines)
 
 
-def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:
-    """The group called ``name``, or the one group whose mixers (``model.layers`` joined by '+') are ``name``;
-    ``"MIXERS | KEY=VALUE, ..."`` also requires those params (full keys, values as logged), e.g.
-    ``"ovq | stream.options.meta_sequence_episodes=4"``; MIXERS ``*`` matches any mixers (the params decide)."""
-    if name in groups:
-        return name
-    mixers, _, conditions = (part.strip() for part in name.partition("|"))
+def matching_groups(groups: Dict[str, List[RunRecord]], pattern: str) -> List[str]:
+    """The groups a pattern names, sorted: the group called ``pattern``, or those whose mixers
+    (``model.layers`` joined by '+') are ``pattern``; ``"MIXERS | KEY=VALUE, ..."`` also requires those
+    params (full keys, values as logged), e.g. ``"ovq | stream.options.meta_sequence_episodes=4"``;
+    MIXERS ``*`` matches any mixers (the params decide)."""
+    if pattern in groups:
+        return [pattern]
+    mixers, _, conditions = (part.strip() for part in pattern.partition("|"))
     wanted = dict(c.strip().split("=", 1) for c in conditions.split(",") if c.strip())
-    matches = [k for k, runs in groups.items()
-               if (mixers == "*" or "+".join(_layers(runs[0].params.get("model.layers", ""))) == mixers)
-               and all(runs[0].params.get(key) == value for key, value in wanted.items())]
+    return sorted(k for k, runs in groups.items()
+                  if (mixers == "*" or "+".join(_layers(runs[0].params.get("model.layers", ""))) == mixers)
+                  and all(runs[0].params.get(key) == value for key, value in wanted.items()))
+
+
+def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:
+    """The one group ``name`` matches (:func:`matching_groups`); ValueError when none or several do."""
+    matches = matching_groups(groups, name)
     if len(matches) != 1:
         raise ValueError(f"baseline {name!r} matches {len(matches)} configurations; known: {sorted(groups)}")
     return matches[0]

@@ -640,6 +640,12 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                 table = f"(no paired table: {e})"
             parts += [f"Paired against `{spec.within_baseline}`, {spec.within} = {value} (same seeds of model and data; "
                       "difference = row - baseline):", "", table, ""]
+    if spec.answer:
+        from experiments import horizon_answer
+        table = horizon_answer.answer_table(records, spec.within, spec.within_baseline, spec.answer_treatment)
+        parts += [f"The declared answer (`{spec.answer}`, applied by `experiments/horizon_answer.py`: per mixer, each "
+                  f"configuration matching `{spec.answer_treatment}` against `{spec.within_baseline}`, paired over seeds, "
+                  "Holm over the rows):", "", table or "(no pairs yet)", ""]
     parts += [_matrices(records, raw), ""]
     if spec.findings.strip():
         parts += ["Findings:", "", spec.findings.strip(), ""]

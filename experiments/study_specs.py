@@ -34,6 +34,10 @@ class StudySpec:
     within: Optional[str] = None                         # param key: further paired tables, one per value of it
     within_baseline: Optional[str] = None                # ... each against this configuration pattern (e.g. one
                                                          # mixer's recipes against its standard recipe)
+    answer: Optional[str] = None                         # a declared answer rule applied to the records
+                                                         # (ANSWER_RULES), per value of ``within``: the
+    answer_treatment: Optional[str] = None               # configurations matching this pattern against
+                                                         # ``within_baseline``
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
     frontier: Optional[str] = None                       # a plot of retained against updated facts, one line per
@@ -61,6 +65,10 @@ class StudySpec:
 #: stream has them (what the memory holds at the end, old facts and new)
 ENDPOINTS = ("final_average",)
 
+#: declared answer rules a study may apply to its records (``answer:``): study 17's "update rule or
+#: training?" (:mod:`experiments.horizon_answer`)
+ANSWER_RULES = ("training_or_rule",)
+
 
 def load_study(name: str) -> StudySpec:
     path = name if name.endswith(".yaml") else os.path.join(STUDIES_DIR, f"{name}.yaml")
@@ -70,6 +78,11 @@ def load_study(name: str) -> StudySpec:
     spec = validate(StudySpec, OmegaConf.load(path), f"study {name}")
     if spec.endpoint not in ENDPOINTS:
         raise ValueError(f"study {name}: endpoint {spec.endpoint!r} is not one of {list(ENDPOINTS)}")
+    if spec.answer is not None:
+        if spec.answer not in ANSWER_RULES:
+            raise ValueError(f"study {name}: answer {spec.answer!r} is not one of {list(ANSWER_RULES)}")
+        if not (spec.within and spec.within_baseline and spec.answer_treatment):
+            raise ValueError(f"study {name}: answer {spec.answer!r} needs within, within_baseline and answer_treatment")
     return spec
 
 

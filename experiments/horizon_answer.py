@@ -1,0 +1,213 @@
+"""Study 17's declared answer, computed from its records: does a mixer forget because of its update rule
+or because of how it was trained?
+
+The rule was declared in ``experiments/studies/why_forget.yaml`` before the long-horizon runs; this module
+applies it, so RESULTS.md's answer is generated like every other number. Per mixer and training recipe
+(a *treatment*, e.g. meta-training for the stream's horizon), paired with the mixer's standard recipe over
+the replicates (seed of model and data) both ran:
+
+- **learns the long task**: meta-training's score on the recalled answers alone (``<metric>_recalled``:
+  facts the episode did not present) at its last logged step, as skill against the held-out gate's chance
+  on the same stream, is >= ``min_skill`` on every seed;
+- **passes its gates**: every treatment run passed its learned gates (held-out and stream);
+- **half point moved**: the ``kind`` interference half point (intervening bindings at which recall of the
+  probe's facts halves; beyond the ladder when it never does) is larger under the treatment on every
+  pair. A half point is a censored count (">256"), so the rule is a direction on every seed, not a mean;
+  where the standard recipe never halves within the ladder on any seed there is nothing to move; "did not
+  move" is not larger on any pair (larger on some pairs only is neither);
+- **final average**: the treatment minus the standard, paired t-test, Holm over every (mixer, treatment)
+  row of the table; "above" / "below" when Holm-adjusted p < ``alpha``, else "no difference".
+
+The answer per row: **(b)** "how it was trained" when it passes its gates, its half point moved and its
+final average is not below the standard's; **(a)** "the update rule" when it learns the long task and
+neither the half point moved nor the final average rose; **(c)** otherwise, with the reason. A mixer's
+answer is (b) if some treatment gives (b), else (a) if some gives (a), else (c). A row is decided only
+when every replicate of the standard has its treatment pair ("pending" before).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from experiments import compare
+from experiments.intervals import holm, paired_comparison
+
+#: the declared thresholds (study 17): skill on recalled answers for "learns the long task", the level
+#: of the Holm-adjusted test on the final average
+MIN_SKILL = 0.5
+ALPHA = 0.05
+
+ANSWERS = {"b": "(b) how it was trained", "a": "(a) the update rule", "c": "(c) something else"}
+
+
+@dataclass
+class RecipeRow:
+    """One mixer under one treatment, against its standard recipe (pairs over replicates)."""
+
+    mixer: str
+    treatment: str                      # the treatment's configuration name
+    n_pairs: int
+    n_standard: int                     # replicates of the standard recipe
+    recalled_skill: List[float]         # per treatment run: skill on recalled answers at the end of meta-training
+    learned: List[Optional[bool]]       # per treatment run: its learned gates
+    halves: List[Tuple[float, float]]   # per pair: (standard, treatment) half point; inf = beyond the ladder
+    final: object                       # PairedComparison of final_average, treatment - standard
+    p_holm: float = math.nan
+
+    @property
+    def decided(self) -> bool:
+        return self.n_pairs >= 2 and self.n_pairs == self.n_standard
+
+    @property
+    def learns_long_task(self) -> bool:
+        return bool(self.recalled_skill) and all(s >= MIN_SKILL for s in self.recalled_skill)
+
+    @property
+    def passes_gates(self) -> bool:
+        return bool(self.learned) and all(f is True for f in self.learned)
+
+    @property
+    def nothing_to_move(self) -> bool:
+        return bool(self.halves) and all(math.isinf(s) for s, _ in self.halves)
+
+    @property
+    def half_moved(self) -> bool:
+        return bool(self.halves) and all(t > s for s, t in self.halves)
+
+    @property
+    def half_still(self) -> bool:
+        return bool(self.halves) and all(t <= s for s, t in self.halves)
+
+    @property
+    def final_direction(self) -> str:
+        if self.final.n < 2 or math.isnan(self.p_holm) or self.p_holm >= ALPHA:
+            return "no difference"
+        return "above" if self.final.mean_difference > 0 else "below"
+
+    def answer(self) -> Tuple[str, str]:
+        """(letter, reason); letter '' while pending."""
+        if not self.decided:
+            return "", f"pending ({self.n_pairs} of {self.n_standard} pairs)"
+        if self.nothing_to_move:
+            return "c", "the standard recipe never halves within the ladder: nothing to move"
+        if self.passes_gates and self.half_moved and self.final_direction != "below":
+            return "b", "passes its gates, half point moved on every seed, final average not below"
+        if self.learns_long_task and self.half_still and self.final_direction != "above":
+            return "a", "learns the long task; neither the half point nor the final average moved"
+        if not self.learns_long_task:
+            return "c", "does not learn the long task within the budget: rule and training not separated"
+        if not (self.half_moved or self.half_still):
+            return "c", "the half point moved on some seeds only"
+        if self.half_still:
+            return "c", "the final average rose without the half point moving"
+        return "c", ("half point moved but the final average fell" if self.final_direction == "below"
+                     else "half point moved but not every gate passed")
+
+
+def _half(r: compare.RunRecord, kind: str) -> float:
+    curves = (r.interference or {}).get("curves") or {}
+    if kind not in curves:
+        return math.nan
+    h = (r.interference.get("half_items") or {}).get(kind)
+    return math.inf if h is None else float(h)
+
+
+def recalled_skill(r: compare.RunRecord) -> float:
+    """Skill on the recalled answers at meta-training's last logged step, against the held-out gate's chance
+    (same stream, same labels); NaN when the run did not log them."""
+    from strategies.evaluation.metrics import skill
+
+    rows = [row for row in r.meta_history if f"{r.metric}_recalled" in row]
+    if not rows or not r.meta_history or rows[-1]["step"] != r.meta_history[-1]["step"]:
+        return math.nan
+    return skill(r.metric, float(rows[-1][f"{r.metric}_recalled"]), r.gate_chance)
+
+
+def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
+                kind: str = "other_region") -> List[RecipeRow]:
+    """The rows of the answer: per value of ``by`` (the mixer), every configuration matching ``treatment``
+    against the one matching ``standard`` (patterns as :func:`experiments.compare.find_group`), Holm over
+    all rows' final-average tests. Mixers without a standard or a treatment are skipped."""
+    rows: List[RecipeRow] = []
+    treatment_params: List[Dict[str, str]] = []
+    mixers = sorted({r.params.get(by) for r in records if r.params.get(by) is not None})
+    for mixer in mixers:
+        groups = compare.group_records(r for r in records if r.params.get(by) == mixer)
+        standards = compare.matching_groups(groups, standard)
+        if len(standards) != 1:
+            continue
+        base = {r.replicate: r for r in groups[standards[0]]}
+        for key in compare.matching_groups(groups, treatment):
+            if key == standards[0]:
+                continue
+            runs = {r.replicate: r for r in groups[key]}
+            pairs = [(runs[s], base[s]) for s in sorted(set(runs) & set(base), key=str)]
+            final = paired_comparison([t.summary.get("final_average", math.nan) for t, _ in pairs],
+                                      [s.summary.get("final_average", math.nan) for _, s in pairs])
+            halves = [(_half(s, kind), _half(t, kind)) for t, s in pairs]
+            rows.append(RecipeRow(
+                mixer="+".join(compare._layers(mixer)) or mixer, treatment=key,
+                n_pairs=len(pairs), n_standard=len(base),
+                recalled_skill=[recalled_skill(t) for t in runs.values()], learned=[t.learned for t in runs.values()],
+                halves=[h for h in halves if not any(math.isnan(x) for x in h)], final=final))
+            treatment_params.append(compare.relevant_params(groups[key][0].params))
+    # name each treatment by what tells the treatments apart (e.g. the retention loss), not by all it
+    # changes against the standard recipe (the study's setup says that)
+    keys = [k for k in compare._varying(treatment_params) if k != by and compare._mixer_of_option(k) is None]
+    for row, params in zip(rows, treatment_params):
+        row.treatment = ", ".join(f"{compare._short(k)}={params[k]}" for k in keys if k in params) or "treatment"
+    tested = [i for i, row in enumerate(rows) if row.final.n >= 2 and not math.isnan(row.final.p_t)]
+    for i, p in zip(tested, holm([rows[i].final.p_t for i in tested])):
+        rows[i].p_holm = p
+    return rows
+
+
+def mixer_answers(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, str]]:
+    """Per mixer: (letter, the treatment that decided it); ('', ...) while any of its rows is pending."""
+    out: Dict[str, Tuple[str, str]] = {}
+    for mixer in dict.fromkeys(row.mixer for row in rows):
+        mine = [row for row in rows if row.mixer == mixer]
+        letters = [(row.answer()[0], row.treatment) for row in mine]
+        if any(not letter for letter, _ in letters):
+            out[mixer] = ("", "pending")
+            continue
+        for wanted in ("b", "a", "c"):
+            hit = next((t for letter, t in letters if letter == wanted), None)
+            if hit is not None:
+                out[mixer] = (wanted, hit)
+                break
+    return out
+
+
+def _halves_cell(halves: Sequence[Tuple[float, float]], ladder_end: str) -> str:
+    def f(x):
+        return ladder_end if math.isinf(x) else f"{x:.0f}"
+    return ", ".join(f"{f(s)}→{f(t)}" for s, t in halves) or "-"
+
+
+def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
+                 kind: str = "other_region") -> str:
+    """The declared rule's table (one row per mixer and treatment) and one line per mixer with its answer."""
+    rows = recipe_rows(records, by, standard, treatment, kind)
+    if not rows:
+        return ""
+    ends = sorted({p["items"] for r in records for p in ((r.interference or {}).get("curves") or {}).get(kind, [])})
+    ladder_end = f">{ends[-1]}" if ends else "beyond"
+    lines = [f"| mixer | treatment | n pairs | skill on recalled answers (min over seeds) | gates passed | {kind} half "
+             "point per seed (standard→treatment) | final average, treatment - standard [95% CI] | p Holm | answer |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        skills = [s for s in row.recalled_skill if not math.isnan(s)]
+        skill_cell = f"{min(skills):.2f}" if skills else "not logged"
+        c = row.final
+        final = ("-" if c.n == 0 else f"{c.mean_difference:+.3f}" +
+                 (f" [{c.low:+.3f}, {c.high:+.3f}]" if c.n >= 2 else " (one pair)"))
+        letter, reason = row.answer()
+        lines.append(f"| {row.mixer} | {row.treatment} | {row.n_pairs} | {skill_cell} | "
+                     f"{sum(f is True for f in row.learned)}/{len(row.learned)} | {_halves_cell(row.halves, ladder_end)} | "
+                     f"{final} | {compare._p(row.p_holm)} | {ANSWERS.get(letter, '')} {reason} |")
+    lines.append("")
+    for mixer, (letter, where) in mixer_answers(rows).items():
+        lines.append(f"- **{mixer}**: " + (f"{ANSWERS[letter]} (decided by {where})" if letter else "pending"))
+    return "\n".join(lines)

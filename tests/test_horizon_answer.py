@@ -1,0 +1,122 @@
+"""Study 17's declared answer rule (experiments/horizon_answer.py): known answers on hand-made records."""
+import math
+
+import pytest
+
+from experiments import compare, horizon_answer, study_specs
+from experiments.intervals import holm
+
+STANDARD = "* | stream.options.meta_sequence_episodes=4"
+LONG = "* | stream.options.meta_sequence_episodes=32"
+
+
+def _record(mixer, episodes, seed, final, half, recalled=0.9, learned=True, chance=0.0):
+    """One run: ``episodes`` 4 is the standard recipe, 32 the long one; ``half`` None = never halves."""
+    curve = [{"items": n, "score": 1.0, "se": 0.0, "n": 8} for n in (0, 256)]
+    return compare.RunRecord(
+        label=f"{mixer}-{episodes}-s{seed}", metric="accuracy", summary={"final_average": final},
+        params={"model.layers": f"['{mixer}']", "stream.options.meta_sequence_episodes": str(episodes),
+                "model.state_budget": "67840"},
+        seed=seed, data_seed=seed, learned=learned, gate_chance=chance,
+        interference={"curves": {"other_region": curve}, "half_items": {"other_region": half}},
+        meta_history=[{"step": 500, "accuracy": 0.5, "accuracy_recalled": 0.1},
+                      {"step": 1000, "accuracy": 0.95, "accuracy_recalled": recalled}])
+
+
+def _pairs(mixer, standard, long, **kw):
+    """Three seeds: ``standard`` and ``long`` are per-seed (final, half) tuples."""
+    return ([_record(mixer, 4, s, f, h) for s, (f, h) in enumerate(standard)]
+            + [_record(mixer, 32, s, f, h, **kw) for s, (f, h) in enumerate(long)])
+
+
+def _answers(records):
+    rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
+    return {row.mixer: row.answer() for row in rows}, horizon_answer.mixer_answers(rows)
+
+
+def test_trained_for_the_horizon_is_b_the_rule_is_a_and_not_learning_the_long_task_is_c():
+    records = (
+        # half point moves on every seed and the final average rises: (b)
+        _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+        # learns the long task, nothing moves: (a)
+        + _pairs("ssm", [(0.30, 16), (0.32, 16), (0.31, 32)], [(0.31, 16), (0.30, 8), (0.32, 32)])
+        # does not learn the long task (recalled skill 0.2): (c), whatever else
+        + _pairs("linear", [(0.60, 64), (0.61, 64), (0.62, 64)], [(0.60, 64), (0.61, 32), (0.60, 64)], recalled=0.2)
+        # never halves under the standard recipe: nothing to move, (c)
+        + _pairs("ovq", [(0.65, None)] * 3, [(0.66, None)] * 3))
+    rows, mixers = _answers(records)
+    assert rows["delta"][0] == "b" and mixers["delta"][0] == "b"
+    assert rows["ssm"][0] == "a"
+    assert rows["linear"] == ("c", "does not learn the long task within the budget: rule and training not separated")
+    assert rows["ovq"][0] == "c" and "nothing to move" in rows["ovq"][1]
+
+
+def test_the_recalled_skill_is_against_the_gates_chance():
+    """0.55 accuracy on recalled answers is skill 0.4375 against chance 0.2: below 0.5, not learned."""
+    records = _pairs("ssm", [(0.3, 16)] * 3, [(0.3, 16)] * 3, recalled=0.55, chance=0.2)
+    rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
+    assert rows[0].recalled_skill == [pytest.approx(0.4375)] * 3
+    assert rows[0].answer()[0] == "c"
+    records = _pairs("ssm", [(0.3, 16)] * 3, [(0.3, 16)] * 3, recalled=0.65, chance=0.2)
+    assert horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)[0].answer()[0] == "a"
+
+
+def test_a_half_point_that_moves_while_the_final_average_falls_or_moves_on_some_seeds_only_is_c():
+    fell = _pairs("delta", [(0.60, 16), (0.61, 32), (0.62, 16)], [(0.30, 64), (0.32, 64), (0.29, 128)])
+    some = _pairs("ssm", [(0.30, 16), (0.32, 16), (0.31, 32)], [(0.31, 64), (0.30, 8), (0.32, 32)])
+    rows, _ = _answers(fell + some)
+    assert rows["delta"] == ("c", "half point moved but the final average fell")
+    assert rows["ssm"] == ("c", "the half point moved on some seeds only")
+
+
+def test_holm_over_the_rows_decides_what_counts_as_a_change():
+    """A rise with raw p ~0.03 is a change alone (answer c: it rose without the half point moving) and no
+    change once adjusted over four rows (answer a)."""
+    rise = [(0.3 + d, 16) for d in (0.05, 0.10, 0.08)]
+    alone = horizon_answer.recipe_rows(_pairs("ssm", [(0.3, 16)] * 3, rise), "model.layers", STANDARD, LONG)
+    assert 0.02 < alone[0].final.p_t < 0.05 and alone[0].p_holm == alone[0].final.p_t
+    assert alone[0].final_direction == "above" and alone[0].answer()[0] == "c"
+    noisy = sum((_pairs(m, [(0.3, 16)] * 3, [(0.3 + d, 16) for d in (0.02, -0.01, 0.03)])
+                 for m in ("a1", "a2", "a3")), [])
+    together = horizon_answer.recipe_rows(_pairs("ssm", [(0.3, 16)] * 3, rise) + noisy, "model.layers", STANDARD, LONG)
+    assert [r.p_holm for r in together] == pytest.approx(holm([r.final.p_t for r in together]))
+    ssm = next(r for r in together if r.mixer == "ssm")
+    assert ssm.p_holm == pytest.approx(4 * ssm.final.p_t)
+    assert ssm.final_direction == "no difference" and ssm.answer()[0] == "a"
+
+
+def test_a_row_is_pending_until_every_standard_seed_has_its_pair():
+    records = _pairs("delta", [(0.4, 32)] * 3, [(0.7, 128), (0.72, None)])
+    rows, mixers = _answers(records)
+    assert rows["delta"] == ("", "pending (2 of 3 pairs)") and mixers["delta"] == ("", "pending")
+    table = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
+    assert "32→128, 32→>256" in table and "- **delta**: pending" in table
+
+
+def test_a_mixer_is_b_when_either_treatment_is_b():
+    records = _pairs("delta", [(0.4, 32), (0.41, 32), (0.39, 16)], [(0.4, 32), (0.41, 16), (0.4, 16)])
+    for r in records:
+        r.params["meta_train.retention_loss"] = "0.0"
+    for s, (f, h) in enumerate([(0.7, 128), (0.72, None), (0.69, 64)]):
+        r = _record("delta", 32, s, f, h)
+        r.params["meta_train.retention_loss"] = "1.0"
+        records.append(r)
+    rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
+    assert sorted(r.answer()[0] for r in rows) == ["a", "b"]
+    letter, where = horizon_answer.mixer_answers(rows)["delta"]
+    assert letter == "b" and "retention_loss=1.0" in where
+
+
+def test_an_answer_rule_is_checked_when_the_study_is_read(tmp_path):
+    (tmp_path / "x.yaml").write_text("title: x\nanswer: vibes\n")
+    with pytest.raises(ValueError, match="answer 'vibes' is not one of"):
+        study_specs.load_study(str(tmp_path / "x.yaml"))
+    (tmp_path / "y.yaml").write_text("title: y\nanswer: training_or_rule\nwithin: model.layers\n")
+    with pytest.raises(ValueError, match="needs within, within_baseline and answer_treatment"):
+        study_specs.load_study(str(tmp_path / "y.yaml"))
+
+
+def test_the_study_declares_the_rule_it_applies():
+    spec = study_specs.load_study("why_forget")
+    assert spec.answer == "training_or_rule" and "meta_sequence_episodes=32" in spec.answer_treatment
+    assert not math.isnan(horizon_answer.MIN_SKILL)
