@@ -22,7 +22,8 @@ The answer per row: **(b)** "how it was trained" when it passes its gates, its h
 final average is not below the standard's; **(a)** "the update rule" when it learns the long task and
 neither the half point moved nor the final average rose; **(c)** otherwise, with the reason. A mixer's
 answer is (b) if some treatment gives (b), else (a) if some gives (a), else (c). A row is decided only
-when every replicate of the standard has its treatment pair ("pending" before).
+when every replicate of the standard has its treatment pair ("pending" before). The budget rule: a
+treatment rerun with more meta-training steps (it was "still improving") replaces the shorter one.
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ from experiments.intervals import holm, paired_comparison
 #: of the Holm-adjusted test on the final average
 MIN_SKILL = 0.5
 ALPHA = 0.05
+
+STEPS = "meta_train.steps"
 
 ANSWERS = {"b": "(b) how it was trained", "a": "(a) the update rule", "c": "(c) something else"}
 
@@ -124,6 +127,23 @@ def recalled_skill(r: compare.RunRecord) -> float:
     return skill(r.metric, float(rows[-1][f"{r.metric}_recalled"]), r.gate_chance)
 
 
+def _longest_budgets(keys: Sequence[str], groups: Dict[str, List[compare.RunRecord]]) -> List[str]:
+    """The study's budget rule: of configurations that differ only in ``meta_train.steps`` (a recipe rerun
+    at a larger budget because it was still improving), only the longest is read."""
+    def steps(key):
+        return int(float(groups[key][0].params.get(STEPS, 0)))
+
+    def rest(key):
+        return tuple(sorted((k, v) for k, v in compare.relevant_params(groups[key][0].params).items()
+                            if k != STEPS and not compare._is_seed_or_bookkeeping(k)))
+
+    longest: Dict[tuple, str] = {}
+    for key in keys:
+        if rest(key) not in longest or steps(key) > steps(longest[rest(key)]):
+            longest[rest(key)] = key
+    return [k for k in keys if k in longest.values()]
+
+
 def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
                 kind: str = "other_region") -> List[RecipeRow]:
     """The rows of the answer: per value of ``by`` (the mixer), every configuration matching ``treatment``
@@ -138,9 +158,7 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
         if len(standards) != 1:
             continue
         base = {r.replicate: r for r in groups[standards[0]]}
-        for key in compare.matching_groups(groups, treatment):
-            if key == standards[0]:
-                continue
+        for key in _longest_budgets([k for k in compare.matching_groups(groups, treatment) if k != standards[0]], groups):
             runs = {r.replicate: r for r in groups[key]}
             pairs = [(runs[s], base[s]) for s in sorted(set(runs) & set(base), key=str)]
             final = paired_comparison([t.summary.get("final_average", math.nan) for t, _ in pairs],

@@ -107,6 +107,19 @@ def test_a_mixer_is_b_when_either_treatment_is_b():
     assert letter == "b" and "retention_loss=1.0" in where
 
 
+def test_a_treatment_rerun_at_a_larger_budget_replaces_the_shorter_one():
+    """The budget rule: 2,000 steps (it was still improving) is the one read, not both."""
+    records = _pairs("delta", [(0.4, 32)] * 3, [(0.4, 32)] * 3)
+    for r in records:
+        r.params["meta_train.steps"] = "400" if r.params["stream.options.meta_sequence_episodes"] == "4" else "1000"
+    for s, (f, h) in enumerate([(0.7, 128), (0.72, None), (0.69, 64)]):
+        r = _record("delta", 32, s, f, h)
+        r.params["meta_train.steps"] = "2000"
+        records.append(r)
+    rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
+    assert len(rows) == 1 and rows[0].answer()[0] == "b" and rows[0].final.mean_difference > 0.2
+
+
 def test_an_answer_rule_is_checked_when_the_study_is_read(tmp_path):
     (tmp_path / "x.yaml").write_text("title: x\nanswer: vibes\n")
     with pytest.raises(ValueError, match="answer 'vibes' is not one of"):
