@@ -114,7 +114,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             results, failures = run_on_ray(
                 configs, parent.run_id, rerun=rerun, announce=announce, address=ray_address, cpus=trial_cpus,
                 quiet=quiet,
-                gpus=trial_gpus, on_result=(lambda done: _write_records(done, os.path.join(out, f"{name}.json")))
+                gpus=trial_gpus, on_result=(lambda done: _write_records(done, os.path.join(out, f"{name}.json"), configs))
                 if out else None)
         for n, cfg in enumerate(configs if backend == "serial" else [], 1):
             cfg.tracking.experiment = experiment
@@ -122,7 +122,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             try:
                 results.append(run(cfg, parent_run_id=parent.run_id, rerun=rerun, announce=announce))
                 if out:                 # the records so far: a sweep killed later keeps what it finished
-                    _write_records(results, os.path.join(out, f"{name}.json"))
+                    _write_records(results, os.path.join(out, f"{name}.json"), configs)
             except RunInUse as err:   # another process runs it: skipped here, said in one line
                 failures.append((cfg.label(), f"skipped: {err}"))
                 outcome = "SKIPPED (in use by another process)"
@@ -142,7 +142,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             text = compare.table(results)
             with open(paths["table"], "w") as fh:
                 fh.write(text + "\n")
-            _write_records(results, paths["json"])
+            _write_records(results, paths["json"], configs)
             compare.curves_plot(records, paths["plot"], name)
             for path in paths.values():
                 parent.client.log_artifact(parent.run_id, path)
@@ -151,13 +151,34 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
     return results, failures
 
 
-def _write_records(results, path: str) -> None:
-    """The run records as JSON, written atomically (a reader never sees half a file)."""
+def _write_records(results, path: str, configs=()) -> None:
+    """The run records as JSON, written atomically (a reader never sees half a file).
+
+    Two processes may share a sweep (each skips the runs the other holds, :class:`RunInUse`): records
+    already in the file whose run identity is one of ``configs`` and not among ``results`` are another
+    process's runs of this sweep, and are kept; the read-merge-write holds a file lock so that two
+    writers do not drop each other's records. Records of configurations no longer in the sweep are
+    dropped, as before."""
     import json
     import os
 
+    from filelock import FileLock
+
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump([r.record() for r in results], fh, indent=1)
-    os.replace(tmp, path)
+    new = [r.record() for r in results]
+    ours = {cfg.identity() for cfg in configs}
+    with FileLock(f"{path}.lock"):
+        kept = []
+        if ours and os.path.exists(path):
+            done = {(d.get("config_id"), d.get("code_version")) for d in new}
+            try:
+                with open(path) as fh:
+                    old = json.load(fh)
+            except (OSError, ValueError):      # a file this code did not write: rewritten from our runs
+                old = []
+            kept = [d for d in old if isinstance(d, dict) and d.get("config_id") in ours
+                    and (d.get("config_id"), d.get("code_version")) not in done]
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(kept + new, fh, indent=1)
+        os.replace(tmp, path)

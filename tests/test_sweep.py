@@ -156,3 +156,38 @@ def test_a_sweep_killed_midway_keeps_the_records_of_the_runs_it_finished(tmp_pat
         run_sweep(configs, "killed-sweep", out=str(tmp_path / "out"))
     records = json.loads((tmp_path / "out" / "killed-sweep.json").read_text())
     assert [r["seed"] for r in records] == [0]
+
+
+def test_two_processes_on_one_sweep_keep_each_others_records(tmp_path):
+    """Two processes share a sweep (each skips the runs the other holds); each writes the records it
+    has, and neither drops the other's: the file keeps another process's runs of this sweep, drops
+    records of configurations no longer in it, and a run written again replaces its old record."""
+    import json
+
+    from experiments.sweep import _write_records
+
+    class Config:
+        def __init__(self, name):
+            self.name = name
+
+        def identity(self):
+            return self.name
+
+    class Result:
+        def __init__(self, name, value, code="v1"):
+            self.name, self.value, self.code = name, value, code
+
+        def record(self):
+            return {"config_id": self.name, "code_version": self.code, "value": self.value}
+
+    path = str(tmp_path / "out" / "s.json")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "s.json").write_text(json.dumps([{"config_id": "gone", "code_version": "v1", "value": 0}]))
+    configs = [Config(n) for n in ("a", "b", "c")]
+    _write_records([Result("a", 1)], path, configs)          # process 1 finished a
+    _write_records([Result("b", 2)], path, configs)          # process 2 finished b (it skipped a)
+    _write_records([Result("a", 1), Result("c", 3)], path, configs)   # process 1 finished c (it skipped b)
+    records = json.loads(open(path).read())
+    assert sorted((r["config_id"], r["value"]) for r in records) == [("a", 1), ("b", 2), ("c", 3)]
+    _write_records([Result("b", 5)], path, configs)          # b run again: its new record replaces the old
+    assert sorted((r["config_id"], r["value"]) for r in json.loads(open(path).read())) == [("a", 1), ("b", 5), ("c", 3)]
