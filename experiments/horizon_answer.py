@@ -12,9 +12,10 @@ the replicates (seed of model and data) both ran:
 - **passes its gates**: every treatment run passed its learned gates (held-out and stream);
 - **half point moved**: the ``kind`` interference half point (intervening bindings at which recall of the
   probe's facts halves; beyond the ladder when it never does) is larger under the treatment on every
-  pair. A half point is a censored count (">256"), so the rule is a direction on every seed, not a mean;
-  where the standard recipe never halves within the ladder on any seed there is nothing to move; "did not
-  move" is not larger on any pair (larger on some pairs only is neither);
+  pair where either recipe halves within the ladder (a pair where neither does says nothing). A half
+  point is a censored count (">256"), so the rule is a direction on every seed, not a mean; where the
+  standard recipe never halves within the ladder on any seed there is nothing to move; "did not move" is
+  not larger on any pair (larger on some pairs only is neither);
 - **final average**: the treatment minus the standard, paired t-test, Holm over every (mixer, treatment)
   row of the table; "above" / "below" when Holm-adjusted p < ``alpha``, else "no difference".
 
@@ -76,7 +77,9 @@ class RecipeRow:
 
     @property
     def half_moved(self) -> bool:
-        return bool(self.halves) and all(t > s for s, t in self.halves)
+        # a pair where neither recipe halves within the ladder says nothing about moving beyond
+        said = [(s, t) for s, t in self.halves if not (math.isinf(s) and math.isinf(t))]
+        return bool(said) and all(t > s for s, t in said)
 
     @property
     def half_still(self) -> bool:

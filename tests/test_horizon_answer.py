@@ -69,6 +69,14 @@ def test_a_half_point_that_moves_while_the_final_average_falls_or_moves_on_some_
     assert rows["ssm"] == ("c", "the half point moved on some seeds only")
 
 
+def test_a_seed_where_neither_recipe_halves_says_nothing_about_moving():
+    records = _pairs("delta", [(0.40, 32), (0.41, None), (0.39, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    rows, _ = _answers(records)
+    assert rows["delta"][0] == "b"
+    worse = _pairs("delta", [(0.40, 32), (0.41, None), (0.39, 16)], [(0.70, 128), (0.72, 64), (0.69, 64)])
+    assert _answers(worse)[0]["delta"] == ("c", "the half point moved on some seeds only")
+
+
 def test_holm_over_the_rows_decides_what_counts_as_a_change():
     """A rise with raw p ~0.03 is a change alone (answer c: it rose without the half point moving) and no
     change once adjusted over four rows (answer a)."""
