@@ -471,7 +471,7 @@ def interference_table(records: Iterable[RunRecord]) -> str:
 def capacity_table(records: Iterable[RunRecord]) -> str:
     """One row per configuration with a capacity curve: the score at each number of facts, mean ± std
     [95% CI] over seeds, the capacity per seed (the most facts with skill >= 0.5; '<N' when even the
-    fewest, N, fall below), and the state bytes per layer and lane beside it. '' when no run has one."""
+    fewest, N, fall below; '>=N' when the ladder's top, N, is still held), and the state bytes per layer and lane beside it. '' when no run has one."""
     groups = {k: [r for r in v if (r.capacity or {}).get("curve")] for k, v in group_records(records).items()}
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
@@ -486,8 +486,7 @@ def capacity_table(records: Iterable[RunRecord]) -> str:
         for n in ladder:
             scores = [next((p["score"] for p in r.capacity["curve"]["points"] if p["facts"] == n), math.nan) for r in runs]
             cells.append(mean_interval(scores).format() if any(not math.isnan(x) for x in scores) else "-")
-        cells.append(", ".join(f"<{r.capacity['curve']['points'][0]['facts']}" if r.capacity.get("capacity") is None
-                               else str(r.capacity["capacity"]) for r in runs))
+        cells.append(", ".join(_capacity_cell(r) for r in runs))
         bounds = runs[0].capacity.get("bound_per_layer") or []
         cells.append(", ".join("unbounded" if b is None else str(b) for b in bounds) or "-")
         cells.append(_bytes_cell(runs))
@@ -580,8 +579,9 @@ def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_regio
     (``stream.options.facts_per_episode``), the half point h (intervening bindings at which recall of
     the P facts halves), the capacity C (most facts held at skill >= 0.5, no filler). When P + h < C the
     memory lost half of the facts while it had been shown at most P + h bindings, fewer than it can hold
-    at once: it forgets *before* its capacity is used (interference, not a full memory). '' when no run
-    has both."""
+    at once: it forgets *before* its capacity is used (interference, not a full memory). Both ends are
+    censored by their ladders (h: '>N' when it never halves up to N; C: '>=N' when the ladder's top is
+    still held): a seed the censoring leaves open is counted apart ("unknown"). '' when no run has both."""
     groups = {k: [r for r in v if (r.capacity or {}).get("curve") and kind in ((r.interference or {}).get("curves") or {})]
               for k, v in group_records(records).items()}
     groups = {k: v for k, v in groups.items() if v}
@@ -596,13 +596,16 @@ def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_regio
         for r in runs:
             P = int(r.params.get("stream.options.facts_per_episode", 8))
             h = (r.interference.get("half_items") or {}).get(kind)
-            C = r.capacity.get("capacity")
             last = r.interference["curves"][kind][-1]["items"]
+            C, censored = capacity_of(r)
             halves.append(f">{last}" if h is None else str(h))
-            caps.append(f"<{r.capacity['curve']['points'][0]['facts']}" if C is None else str(C))
-            verdicts.append(None if C is None else (h is not None and P + h < C))
+            caps.append(_capacity_cell(r))
+            verdicts.append(_before_capacity(P, h, last, C, censored))
         known = [v for v in verdicts if v is not None]
-        verdict = f"{sum(known)} of {len(known)} seeds" if known else "n/a (no capacity)"
+        unknown = sum(v is None and r.capacity.get("capacity") is not None for v, r in zip(verdicts, runs))
+        parts = ([f"{sum(known)} of {len(known)} seeds"] if known else []) + \
+            ([f"{unknown} seed(s) unknown (beyond the ladders)"] if unknown else [])
+        verdict = "; ".join(parts) or "n/a (no capacity)"
         bounds = runs[0].capacity.get("bound_per_layer") or []
         lines.append("| " + " | ".join([key, str(len(runs)), ", ".join(halves), ", ".join(caps), verdict,
                                          ", ".join("unbounded" if b is None else str(b) for b in bounds) or "-",
@@ -622,6 +625,31 @@ def matching_groups(groups: Dict[str, List[RunRecord]], pattern: str) -> List[st
     return sorted(k for k, runs in groups.items()
                   if (mixers == "*" or "+".join(_layers(runs[0].params.get("model.layers", ""))) == mixers)
                   and all(runs[0].params.get(key) == value for key, value in wanted.items()))
+
+
+def capacity_of(r: RunRecord) -> Tuple[Optional[int], bool]:
+    """A run's capacity (most facts held at skill >= 0.5; None when even the fewest are not) and whether
+    it is censored: held at the ladder's top, so the capacity is at least that."""
+    C = (r.capacity or {}).get("capacity")
+    points = capacity_points(r)
+    return C, C is not None and bool(points) and C == points[-1]["facts"]
+
+
+def _capacity_cell(r: RunRecord) -> str:
+    """'<N' (even the fewest, N, are not held), '>=N' (the ladder's top is held) or the capacity."""
+    C, censored = capacity_of(r)
+    return f"<{capacity_points(r)[0]['facts']}" if C is None else (f">={C}" if censored else str(C))
+
+
+def _before_capacity(P: int, h: Optional[int], h_max: int, C: Optional[int], censored: bool) -> Optional[bool]:
+    """P + h < C (the memory lost half of P facts after h bindings while it holds C at once), with h
+    censored above ``h_max`` when None and C censored below when ``censored``; None when the censoring
+    leaves it open (or there is no capacity)."""
+    if C is None:
+        return None
+    if h is not None:
+        return True if P + h < C else (None if censored else False)
+    return None if censored or P + h_max + 1 < C else False
 
 
 def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:

@@ -169,13 +169,14 @@ def test_the_before_capacity_table_tells_interference_from_a_full_memory():
     one that halves only once P + h reaches C, is not; a run without a capacity is 'n/a'."""
     from experiments import compare
 
-    def record(layers, seed, half, capacity):
+    def record(layers, seed, half, capacity, top=128):
         curve = [{"items": n, "score": 1.0, "se": 0.0, "n": 8} for n in (0, 64)]
         return compare.RunRecord(
             label=f"{layers}-s{seed}", params={"model.layers": f"['{layers}']", "stream.options.facts_per_episode": "8"},
             metric="accuracy", summary={}, seed=seed, data_seed=seed, state_bytes=[67840.0],
             interference={"curves": {"other_region": curve}, "half_items": {"other_region": half}},
-            capacity={"curve": {"points": [{"facts": 8, "score": 1.0}, {"facts": 64, "score": 0.9}]},
+            capacity={"curve": {"points": [{"facts": 8, "score": 1.0}, {"facts": 64, "score": 0.9},
+                                           {"facts": top, "score": 0.1}]},
                       "capacity": capacity, "bound_per_layer": [64]})
 
     records = [record("delta", 0, 16, 64), record("delta", 1, 56, 64), record("ovq", 0, None, 64),
@@ -185,5 +186,10 @@ def test_the_before_capacity_table_tells_interference_from_a_full_memory():
     assert "| 16, 56 | 64, 64 | 1 of 2 seeds |" in rows["| layers=['delta']"]
     assert "| >64 | 64 | 0 of 1 seeds |" in rows["| layers=['ovq']"]
     assert "| 4 | <8 | n/a (no capacity) |" in rows["| layers=['ssm']"]
+    # a capacity at the ladder's top is a lower bound: P + h < C is then known only when P + h is below it
+    records = [record("delta", 0, 16, 64, top=64), record("delta", 1, 56, 64, top=64), record("ovq", 0, None, 64, top=64)]
+    rows = {line.split(" | ")[0]: line for line in compare.before_capacity_table(records).splitlines()[2:]}
+    assert "| 16, 56 | >=64, >=64 | 1 of 1 seeds; 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['delta']"]
+    assert "| >64 | >=64 | 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['ovq']"]
     assert compare.before_capacity_table([record("delta", 0, 16, 64).__class__(label="x", params={}, metric="accuracy",
                                                                                summary={})]) == ""
