@@ -243,9 +243,11 @@ def _varying(param_sets: Sequence[Dict[str, str]]) -> List[str]:
     """Config keys (not seeds, tracking, checkpoints) whose values differ between runs."""
     keys = set().union(*param_sets) if param_sets else set()
     # a key varies if the runs that have it disagree on it (a key only some runs have follows from
-    # what they do differ in, e.g. the options of the mixer in model.layers)
-    return sorted(k for k in keys if not _is_seed_or_bookkeeping(k)
-                  and len({p[k] for p in param_sets if k in p}) > 1)
+    # what they do differ in, e.g. the options of the mixer in model.layers); a run without a key of
+    # ABSENT_VALUES has that key's absent value (e.g. no retention loss against 1.0)
+    def values(k):
+        return {p.get(k, ABSENT_VALUES.get(k)) for p in param_sets if k in p or k in ABSENT_VALUES}
+    return sorted(k for k in keys if not _is_seed_or_bookkeeping(k) and len(values(k)) > 1)
 
 
 def _mixer_of_option(key: str) -> Optional[str]:

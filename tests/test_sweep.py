@@ -191,3 +191,18 @@ def test_two_processes_on_one_sweep_keep_each_others_records(tmp_path):
     assert sorted((r["config_id"], r["value"]) for r in records) == [("a", 1), ("b", 2), ("c", 3)]
     _write_records([Result("b", 5)], path, configs)          # b run again: its new record replaces the old
     assert sorted((r["config_id"], r["value"]) for r in json.loads(open(path).read())) == [("a", 1), ("b", 5), ("c", 3)]
+
+
+def test_a_param_dropped_at_its_absent_value_still_splits_groups():
+    """``meta_train.retention_loss`` is dropped from records at 0.0 (runs logged before it existed lack
+    it): runs at 1.0 and runs without it are two configurations, never one group with repeated seeds."""
+    from experiments import compare
+
+    def record(retention, seed):
+        params = {"model.layers": "['delta']", "meta_train.retention_loss": retention}
+        return compare.record_from_json({"label": "x", "params": params, "metric": "accuracy", "summary": {},
+                                         "seed": seed, "data_seed": seed})
+
+    groups = compare.group_records([record("1.0", 0), record("0.0", 0), record("1.0", 1), record("0.0", 1)])
+    assert {k: sorted(r.seed for r in v) for k, v in groups.items()} == {
+        "all runs": [0, 1], "meta_train.retention_loss=1.0": [0, 1]}
