@@ -177,7 +177,8 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
     # changes against the standard recipe (the study's setup says that)
     keys = [k for k in compare._varying(treatment_params) if k != by and compare._mixer_of_option(k) is None]
     for row, params in zip(rows, treatment_params):
-        row.treatment = ", ".join(f"{compare._short(k)}={params[k]}" for k in keys if k in params) or "treatment"
+        row.treatment = ", ".join(f"{compare._short(k)}={params.get(k, compare.ABSENT_VALUES.get(k))}" for k in keys
+                                  if k in params or k in compare.ABSENT_VALUES) or "treatment"
     tested = [i for i, row in enumerate(rows) if row.final.n >= 2 and not math.isnan(row.final.p_t)]
     for i, p in zip(tested, holm([rows[i].final.p_t for i in tested])):
         rows[i].p_holm = p
