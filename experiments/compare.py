@@ -473,7 +473,8 @@ def interference_table(records: Iterable[RunRecord]) -> str:
 def capacity_table(records: Iterable[RunRecord]) -> str:
     """One row per configuration with a capacity curve: the score at each number of facts, mean ± std
     [95% CI] over seeds, the capacity per seed (the most facts with skill >= 0.5; '<N' when even the
-    fewest, N, fall below; '>=N' when the ladder's top, N, is still held), and the state bytes per layer and lane beside it. '' when no run has one."""
+    fewest, N, fall below; '>=N' when the ladder's top, N, is still held), and the state bytes per layer
+    and lane beside it. '' when no run has one."""
     groups = {k: [r for r in v if (r.capacity or {}).get("curve")] for k, v in group_records(records).items()}
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
