@@ -160,17 +160,18 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
         standards = compare.matching_groups(groups, standard)
         if len(standards) != 1:
             continue
-        base = {r.replicate: r for r in groups[standards[0]]}
-        for key in _longest_budgets([k for k in compare.matching_groups(groups, treatment) if k != standards[0]], groups):
-            runs = {r.replicate: r for r in groups[key]}
-            pairs = [(runs[s], base[s]) for s in sorted(set(runs) & set(base), key=str)]
+        treatments = set(_longest_budgets([k for k in compare.matching_groups(groups, treatment) if k != standards[0]],
+                                          groups))
+        for key, pairs in compare._pairs_against(groups, standards[0]):
+            if key not in treatments:
+                continue
             final = paired_comparison([t.summary.get("final_average", math.nan) for t, _ in pairs],
                                       [s.summary.get("final_average", math.nan) for _, s in pairs])
             halves = [(_half(s, kind), _half(t, kind)) for t, s in pairs]
             rows.append(RecipeRow(
                 mixer="+".join(compare._layers(mixer)) or mixer, treatment=key,
-                n_pairs=len(pairs), n_standard=len(base),
-                recalled_skill=[recalled_skill(t) for t in runs.values()], learned=[t.learned for t in runs.values()],
+                n_pairs=len(pairs), n_standard=len(groups[standards[0]]),
+                recalled_skill=[recalled_skill(t) for t in groups[key]], learned=[t.learned for t in groups[key]],
                 halves=[h for h in halves if not any(math.isnan(x) for x in h)], final=final))
             treatment_params.append(compare.relevant_params(groups[key][0].params))
     # name each treatment by what tells the treatments apart (e.g. the retention loss), not by all it

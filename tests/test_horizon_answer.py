@@ -1,6 +1,4 @@
 """Study 17's declared answer rule (experiments/horizon_answer.py): known answers on hand-made records."""
-import math
-
 import pytest
 
 from experiments import compare, horizon_answer, study_specs
@@ -140,4 +138,3 @@ def test_an_answer_rule_is_checked_when_the_study_is_read(tmp_path):
 def test_the_study_declares_the_rule_it_applies():
     spec = study_specs.load_study("why_forget")
     assert spec.answer == "training_or_rule" and "meta_sequence_episodes=32" in spec.answer_treatment
-    assert not math.isnan(horizon_answer.MIN_SKILL)
