@@ -27,7 +27,9 @@ The endpoint is one of:
 - ``position@DOMAIN``: bits per byte in the last position bucket of DOMAIN's position curve (the longest
   contexts), lower is better; a pair counts only where both runs' last buckets cover the same positions.
 
-A run without the measurement gives NaN, which drops its pair; a comparison left with no pair says
+A claim declares its ``seeds`` (the pairs each comparison is to have, the same number its test text
+states); until every comparison has them the verdict is **pending** (the numbers so far are shown,
+the verdict is not read from them). A run without the measurement gives NaN, which drops its pair; a comparison left with no pair says
 "not measured", one with a single pair "too few pairs", and the verdict says so (or "not run yet" when
 no compared mixer has runs) when no comparison could be made.
 """
@@ -36,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -62,6 +65,7 @@ class Claim:
     endpoint: str = "final_average"
     margin: float = math.nan                    # as_much: the largest difference that counts as "as much"
     untestable: str = ""                        # why not (kind untestable)
+    seeds: int = 0                              # the declared pairs (runs, for fails_to_learn) per comparison
     note: str = ""                              # a sentence beside the verdict (e.g. the scale difference)
 
 
@@ -95,6 +99,11 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
             raise ValueError(f"{path}: claim {i + 1}: position@DOMAIN needs a domain, got {c.endpoint!r}")
         if c.endpoint.startswith("capacity@") and not c.endpoint.split("@", 1)[1].isdigit():
             raise ValueError(f"{path}: claim {i + 1}: capacity@N needs a whole number of facts, got {c.endpoint!r}")
+        declared = re.findall(r"(\d+) seeds", c.test)
+        if c.kind != "untestable" and not (isinstance(c.seeds, int) and c.seeds >= 2):
+            raise ValueError(f"{path}: claim {i + 1}: seeds (the declared pairs per comparison, >= 2) is missing")
+        if declared and {int(d) for d in declared} != {c.seeds}:
+            raise ValueError(f"{path}: claim {i + 1}: its test says {', '.join(declared)} seeds, seeds is {c.seeds}")
         if c.kind == "as_much" and not c.margin > 0:
             raise ValueError(f"{path}: claim {i + 1}: kind as_much needs a margin > 0")
         claims.append(c)
@@ -168,6 +177,7 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
         return ClaimResult(claim, [], [], f"not run yet (no runs of {claim.ours})")
     higher = _higher_is_better(claim.endpoint, ours[0].metric)
     cells, answers, comparisons = [], [], []
+    counted = []                               # pairs (runs) each comparison has, against claim.seeds
     for name in claim.against:
         try:
             theirs = groups[compare.find_group(groups, name)]
@@ -175,11 +185,13 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
             cells.append(f"vs {name}: no runs")
             answers.append("no runs")
             comparisons.append(None)
+            counted.append(0)
             continue
         if claim.kind == "fails_to_learn":
             failed = sum(r.learned is False for r in theirs)
             ours_learned = sum(r.learned is True for r in ours)
             ok = failed == len(theirs) and ours_learned > 0
+            counted.append(min(len(theirs), len(ours)))
             cells.append(f"{name}: {failed}/{len(theirs)} runs failed the learned gates ({claim.ours}: "
                          f"{ours_learned}/{len(ours)} learned)")
             answers.append("yes" if ok else "no")
@@ -190,12 +202,14 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
             cells.append(f"vs {name}: refused (runs of {len(versions)} code versions)")
             answers.append("refused")
             comparisons.append(None)
+            counted.append(0)
             continue
         mine = {r.replicate: r for r in ours}
         other = {r.replicate: r for r in theirs}
         shared = sorted(set(mine) & set(other), key=str)
         values = [_pair_values(mine[s], other[s], claim.endpoint) for s in shared]
         c = paired_comparison([a for a, _ in values], [b for _, b in values])
+        counted.append(c.n)
         if c.n < 2:
             cells.append(f"vs {name}: not measured (no pair of runs with {claim.endpoint})" if c.n == 0 else
                          f"vs {name}: {c.mean_difference:+.3f} from one pair of runs: too few pairs")
@@ -225,11 +239,21 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
     k, n = sum(a == "yes" for a in answers), len(answers)
     if n and all(a == "no runs" for a in answers):
         return ClaimResult(claim, cells, answers, f"not run yet (no runs of {', '.join(claim.against)})")
+    if claim.seeds and counted and min(counted) < claim.seeds and "refused" not in answers:
+        # The verdict is declared over claim.seeds pairs; one read from fewer would be a peek.
+        return ClaimResult(claim, cells, answers, f"pending ({min(counted)} of {claim.seeds} "
+                           f"{'runs' if claim.kind == 'fails_to_learn' else 'pairs'} in the comparison with fewest)")
     if n and all(a in ("not measured", "no runs", "too few pairs") for a in answers):
         return ClaimResult(claim, cells, answers, "too few pairs" if "too few pairs" in answers
                            else f"not measured ({claim.endpoint})")
     verdict = "reproduced" if n and k == n else (f"partly ({k} of {n})" if k else "not reproduced")
     return ClaimResult(claim, cells, answers, verdict)
+
+
+def _table_cell(text: str) -> str:
+    """``text`` safe inside one Markdown table cell: a configuration pattern such as ``ovq | after_meta...``
+    carries the pattern separator, which would otherwise split the cell in two."""
+    return text.replace("|", "\\|")
 
 
 def claims_section(root: str, path: str = CLAIMS_FILE) -> str:
@@ -241,5 +265,5 @@ def claims_section(root: str, path: str = CLAIMS_FILE) -> str:
         result = evaluate(claim, root)
         body = "; ".join(result.cells) or "-"
         verdict = f"**{result.verdict}**" + (f". {claim.note}" if claim.note else "")
-        lines.append(f"| {claim.claim} | {claim.test} | {body} | {verdict} |")
+        lines.append("| " + " | ".join(_table_cell(text) for text in (claim.claim, claim.test, body, verdict)) + " |")
     return "\n".join(lines) + "\n"

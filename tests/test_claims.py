@@ -1,5 +1,6 @@
 """The paper's claims table: each kind of claim's rule on records with known answers."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -59,12 +60,30 @@ def test_the_shipped_claims_load_and_bad_files_get_one_line(tmp_path):
     assert "Scale" in preamble and len(shipped) >= 7
     assert {c.kind for c in shipped} <= set(claims.KINDS)
     bad = tmp_path / "c.yaml"
-    bad.write_text("claims:\n  - {claim: x, test: y, kind: as_much, against: [vq], results: [r.json]}\n")
+    bad.write_text("claims:\n  - {claim: x, test: y, kind: as_much, seeds: 5, against: [vq], results: [r.json]}\n")
     with pytest.raises(ValueError, match="kind as_much needs a margin > 0"):
         claims.load_claims(str(bad))
     bad.write_text("claims:\n  - {claim: x, test: y, kind: untestable}\n")
     with pytest.raises(ValueError, match="says why"):
         claims.load_claims(str(bad))
+    bad.write_text("claims:\n  - {claim: x, test: 10 seeds, seeds: 5, against: [vq], results: [r.json]}\n")
+    with pytest.raises(ValueError, match="its test says 10 seeds, seeds is 5"):
+        claims.load_claims(str(bad))
+    bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json]}\n")
+    with pytest.raises(ValueError, match="seeds .* is missing"):
+        claims.load_claims(str(bad))
+
+
+def test_a_verdict_waits_for_the_declared_pairs(root):
+    # a.json has 6 seeds of ovq and ssm: declared 6 gives the verdict, declared 8 keeps it pending
+    assert evaluate(Claim("c", "t", against=["ssm"], results=["results/a.json"], seeds=6), root).verdict == "reproduced"
+    waiting = evaluate(Claim("c", "t", against=["ssm", "vq"], results=["results/a.json"], seeds=8), root)
+    assert waiting.verdict == "pending (6 of 8 pairs in the comparison with fewest)"
+    assert waiting.cells[0].startswith("vs ssm: +0.275 [")           # the numbers so far are still shown
+    short = evaluate(Claim("c", "t", against=["ssm", "nothing"], results=["results/a.json"], seeds=6), root)
+    assert short.verdict.startswith("pending (0 of 6")                 # a mixer without runs holds it too
+    fails = Claim("c", "t", kind="fails_to_learn", against=["delta"], results=["results/a.json"], seeds=7)
+    assert evaluate(fails, root).verdict == "pending (6 of 7 runs in the comparison with fewest)"
 
 
 def _curve_run(layers, seed, scores, bpb, slots=None):
@@ -131,3 +150,13 @@ def test_bad_endpoints_get_one_line(tmp_path):
     bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'position@'}\n")
     with pytest.raises(ValueError, match="needs a domain"):
         claims.load_claims(str(bad))
+
+
+def test_every_row_of_the_table_has_four_cells_even_with_a_pattern_separator(root):
+    import re
+    (Path(root) / "claims.yaml").write_text(
+        "preamble: p\nclaims:\n  - claim: c\n    test: t\n    seeds: 2\n    ours: 'ovq | seed=0'\n"
+        "    results: [results/a.json]\n    against: ['ssm | seed=0']\n")
+    rows = [line for line in claims.claims_section(root, str(Path(root) / "claims.yaml")).splitlines()
+            if line.startswith("| c ")]
+    assert len(rows) == 1 and len(re.split(r"(?<!\\)\|", rows[0])) == 6 and "ssm \\| seed=0" in rows[0]
