@@ -203,6 +203,21 @@ def mixer_answers(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, str]]:
     return out
 
 
+def confirm_recipes(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, float]]:
+    """Per mixer, the treatment its confirmatory re-run uses (declared in study 23 before study 17's seeds 1-2
+    were read): the one with the highest final average, paired against the same standard, so the largest
+    mean difference; ties go to the first listed. Only for mixers whose every row is decided (``{}`` entry
+    absent while any is pending). Every mixer is given its own best recipe by the same rule."""
+    out: Dict[str, Tuple[str, float]] = {}
+    for mixer in dict.fromkeys(row.mixer for row in rows):
+        mine = [row for row in rows if row.mixer == mixer]
+        if not mine or not all(row.decided for row in mine):
+            continue
+        best = max(mine, key=lambda row: row.final.mean_difference)       # max keeps the first of equals
+        out[mixer] = (best.treatment, best.final.mean_difference)
+    return out
+
+
 def _halves_cell(halves: Sequence[Tuple[float, float]], ladder_end: str) -> str:
     def f(x):
         return ladder_end if math.isinf(x) else f"{x:.0f}"
@@ -231,6 +246,9 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
                      f"{sum(f is True for f in row.learned)}/{len(row.learned)} | {_halves_cell(row.halves, ladder_end)} | "
                      f"{final} | {compare._p(row.p_holm)} | {ANSWERS.get(letter, '')} {reason} |")
     lines.append("")
+    recipes = confirm_recipes(rows)
     for mixer, (letter, where) in mixer_answers(rows).items():
-        lines.append(f"- **{mixer}**: " + (f"{ANSWERS[letter]} (decided by {where})" if letter else "pending"))
+        recipe = (f"; recipe for the confirmatory re-run: {recipes[mixer][0]} (final average "
+                  f"{recipes[mixer][1]:+.3f} over the standard)" if mixer in recipes else "")
+        lines.append(f"- **{mixer}**: " + (f"{ANSWERS[letter]} (decided by {where})" if letter else "pending") + recipe)
     return "\n".join(lines)

@@ -97,6 +97,8 @@ def test_a_row_is_pending_until_every_standard_seed_has_its_pair():
     assert rows["delta"] == ("", "pending (2 of 3 pairs)") and mixers["delta"] == ("", "pending")
     table = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
     assert "32→128, 32→>256" in table and "- **delta**: pending" in table
+    assert horizon_answer.confirm_recipes(horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)) == {}
+    assert "confirmatory re-run" not in table
 
 
 def test_a_mixer_is_b_when_either_treatment_is_b():
@@ -111,6 +113,11 @@ def test_a_mixer_is_b_when_either_treatment_is_b():
     assert sorted(r.treatment for r in rows) == ["meta_train.retention_loss=0.0", "meta_train.retention_loss=1.0"]
     letter, where = horizon_answer.mixer_answers(rows)["delta"]
     assert letter == "b" and "retention_loss=1.0" in where
+    # the confirmatory re-run takes the recipe with the higher final average (here the retention loss, +0.30)
+    recipe, gain = horizon_answer.confirm_recipes(rows)["delta"]
+    assert recipe == "meta_train.retention_loss=1.0" and gain == pytest.approx(0.3033, abs=1e-3)
+    assert "recipe for the confirmatory re-run: meta_train.retention_loss=1.0" in horizon_answer.answer_table(
+        records, "model.layers", STANDARD, LONG)
 
 
 def test_a_treatment_rerun_at_a_larger_budget_replaces_the_shorter_one():
