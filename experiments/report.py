@@ -640,7 +640,16 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                 table = f"(no paired table: {e})"
             parts += [f"Paired against `{spec.within_baseline}`, {spec.within} = {value} (same seeds of model and data; "
                       "difference = row - baseline):", "", table, ""]
-    if spec.answer:
+    if spec.answer == "rule_on_every_stream":
+        from experiments import rule_answer
+        missing = [f for f in spec.results if not os.path.exists(os.path.join(root or PROJECT_DIR, f))]
+        # a stream whose sweep has not started is not in the records at all: its missing file holds the decision
+        table = rule_answer.rule_table(_partitions(records, spec.partition, spec.partition_default), spec.baseline,
+                                       spec.answer_seeds, missing)
+        parts += [f"The declared decision (`{spec.answer}`, applied by `experiments/rule_answer.py`: every rule "
+                  f"against `{spec.baseline}` on each stream ({spec.partition}), final average, paired over seeds, "
+                  "Holm over every (stream, rule) comparison):", "", table or "(no pairs yet)", ""]
+    elif spec.answer:
         from experiments import horizon_answer
         table = horizon_answer.answer_table(records, spec.within, spec.within_baseline, spec.answer_treatment)
         parts += [f"The declared answer (`{spec.answer}`, applied by `experiments/horizon_answer.py`: per mixer, each "

@@ -37,7 +37,8 @@ class StudySpec:
     answer: Optional[str] = None                         # a declared answer rule applied to the records
                                                          # (ANSWER_RULES), per value of ``within``: the
     answer_treatment: Optional[str] = None               # configurations matching this pattern against
-                                                         # ``within_baseline``
+                                                         # ``within_baseline`` (training_or_rule)
+    answer_seeds: int = 0                                # rule_on_every_stream: the declared seeds per config
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
     frontier: Optional[str] = None                       # a plot of retained against updated facts, one line per
@@ -66,8 +67,9 @@ class StudySpec:
 ENDPOINTS = ("final_average",)
 
 #: declared answer rules a study may apply to its records (``answer:``): study 17's "update rule or
-#: training?" (:mod:`experiments.horizon_answer`)
-ANSWER_RULES = ("training_or_rule",)
+#: training?" (:mod:`experiments.horizon_answer`), study 11's "one dictionary rule on every stream, or
+#: which where?" (:mod:`experiments.rule_answer`)
+ANSWER_RULES = ("training_or_rule", "rule_on_every_stream")
 
 
 def load_study(name: str) -> StudySpec:
@@ -81,7 +83,9 @@ def load_study(name: str) -> StudySpec:
     if spec.answer is not None:
         if spec.answer not in ANSWER_RULES:
             raise ValueError(f"study {name}: answer {spec.answer!r} is not one of {list(ANSWER_RULES)}")
-        if not (spec.within and spec.within_baseline and spec.answer_treatment):
+        if spec.answer == "rule_on_every_stream" and not (spec.baseline and spec.partition and spec.answer_seeds >= 2):
+            raise ValueError(f"study {name}: answer {spec.answer!r} needs baseline, partition and answer_seeds >= 2")
+        if spec.answer == "training_or_rule" and not (spec.within and spec.within_baseline and spec.answer_treatment):
             raise ValueError(f"study {name}: answer {spec.answer!r} needs within, within_baseline and answer_treatment")
     return spec
 

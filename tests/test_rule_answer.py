@@ -1,0 +1,91 @@
+"""Study 11's declared decision (experiments/rule_answer.py): known answers on hand-made records."""
+import pytest
+
+from experiments import compare, rule_answer, study_specs
+
+BASE = "* | model.mixers.ovq.growth=plateau, model.mixers.ovq.when_full=none"
+
+
+def _record(stream, rule, seed, final, metric="accuracy", current=None):
+    """One run of OVQ with dictionary ``rule`` = (growth, when_full) on ``stream`` (its partition value)."""
+    growth, when_full = rule
+    return compare.RunRecord(
+        label=f"{stream}-{growth}-{when_full}-s{seed}", metric=metric, summary={"final_average": final},
+        summary_current={"final_average": current} if current is not None else {},
+        params={"model.layers": "['ovq']", "stream.name": stream, "model.mixers.ovq.growth": growth,
+                "model.mixers.ovq.when_full": when_full,
+                "model.mixers.ovq.num_slots": "128" if stream == "icr" else "32"},
+        seed=seed, data_seed=seed)
+
+
+PLATEAU, NOVELTY, MERGE = ("plateau", "none"), ("novelty", "none"), ("novelty", "merge")
+
+
+def _stream(stream, finals, seeds=5, **kw):
+    """``finals``: {rule: base score}; seed s adds a small seed effect shared by every rule (pairs)."""
+    return [_record(stream, rule, s, f + 0.01 * s + (0.003 if (s + i) % 2 else -0.003), **kw)
+            for i, (rule, f) in enumerate(finals.items()) for s in range(seeds)]
+
+
+def _decide(records, seeds=5, unwritten=()):
+    streams = [(name, [r for r in records if r.params["stream.name"] == name])
+               for name in dict.fromkeys(r.params["stream.name"] for r in records)]
+    cells = rule_answer.rule_cells(streams, BASE)
+    return cells, rule_answer.decision(cells, [n for n, _ in streams], seeds, unwritten)
+
+
+def test_a_rule_that_wins_every_stream_is_the_preset_and_otherwise_each_stream_says_which():
+    everywhere = _stream("icr", {PLATEAU: 0.5, NOVELTY: 0.6, MERGE: 0.5}) + _stream("text", {PLATEAU: 0.4, NOVELTY: 0.5, MERGE: 0.3})
+    cells, (sentence, preset) = _decide(everywhere)
+    assert preset == "ovq.growth=novelty" and "wins the primary endpoint on every stream** (2)" in sentence
+    outcomes = {(c.stream, c.label): c.outcome for c in cells}
+    assert outcomes == {("icr", "ovq.growth=novelty"): "wins", ("icr", "ovq.growth=novelty, ovq.when_full=merge"): "no difference",
+                        ("text", "ovq.growth=novelty"): "wins", ("text", "ovq.growth=novelty, ovq.when_full=merge"): "loses"}
+    # a rule is the same rule across streams although the dictionary size (set by the budget) differs
+    assert len({c.rule for c in cells}) == 2
+    split = _stream("icr", {PLATEAU: 0.5, NOVELTY: 0.6, MERGE: 0.5}) + _stream("text", {PLATEAU: 0.4, NOVELTY: 0.4, MERGE: 0.5})
+    _, (sentence, preset) = _decide(split)
+    assert preset is None and sentence.startswith("**No rule wins the primary endpoint on every stream.**")
+    assert "- icr: ovq.growth=novelty (+0.101)" in sentence and "- text: ovq.growth=novelty, ovq.when_full=merge (+0.100)" in sentence
+
+
+def test_lower_is_better_for_bits_per_byte_and_facts_in_force_are_read_where_scored():
+    text = _stream("text", {PLATEAU: 3.0, NOVELTY: 2.8, MERGE: 3.2}, metric="bits_per_byte")
+    cells, _ = _decide(text)
+    assert {c.label: c.outcome for c in cells} == {"ovq.growth=novelty": "wins", "ovq.growth=novelty, ovq.when_full=merge": "loses"}
+    # R says novelty is better, the facts in force say it is worse: the facts in force decide
+    rebind = [_record("keys", PLATEAU, s, 0.5 + 0.01 * s, current=0.6 + 0.01 * s + 0.002 * (s % 2)) for s in range(5)]
+    rebind += [_record("keys", NOVELTY, s, 0.7 + 0.01 * s, current=0.5 + 0.01 * s) for s in range(5)]
+    cells, _ = _decide(rebind)
+    assert cells[0].current and cells[0].outcome == "loses" and cells[0].comparison.mean_difference == pytest.approx(-0.1, abs=0.002)
+
+
+def test_holm_is_over_every_stream_and_rule():
+    """A raw p just under 0.05 wins alone and no longer wins among several comparisons."""
+    def noisy(stream, differences):
+        return ([_record(stream, PLATEAU, s, 0.5) for s in range(5)] +
+                [_record(stream, NOVELTY, s, 0.5 + d) for s, d in enumerate(differences)])
+    gain, none = [0.05, 0.01, 0.06, 0.02, 0.04], [0.01, -0.01, 0.02, -0.02, 0.0]   # paired t p 0.018 and 1
+    one, _ = _decide(noisy("icr", gain))
+    assert one[0].comparison.p_t < 0.05 and one[0].outcome == "wins"
+    many, _ = _decide(noisy("icr", gain) + noisy("text", none) + noisy("keys", none))
+    icr = next(c for c in many if c.stream == "icr")
+    assert icr.p_holm == pytest.approx(min(1.0, 3 * icr.comparison.p_t)) and icr.outcome == "no difference"
+
+
+def test_the_decision_waits_for_every_declared_pair_and_every_stream():
+    records = _stream("icr", {PLATEAU: 0.5, NOVELTY: 0.6}) + _stream("text", {PLATEAU: 0.4, NOVELTY: 0.5}, seeds=4)
+    cells, (sentence, preset) = _decide(records)
+    assert preset is None and sentence == "pending (1 comparison(s) have fewer than 5 pairs)"
+    assert _decide(records, seeds=4)[1][1] == "ovq.growth=novelty"
+    assert _decide(records, seeds=4, unwritten=["results/x.json"])[1] == ("pending (not written yet: results/x.json)", None)
+    no_base = _stream("icr", {PLATEAU: 0.5, NOVELTY: 0.6}) + _stream("text", {NOVELTY: 0.5})
+    assert _decide(no_base)[1][0] == "pending (no baseline runs yet on text)"
+
+
+def test_study_11_declares_the_decision_and_a_bad_declaration_is_one_line(tmp_path):
+    spec = study_specs.load_study("ovq_plasticity")
+    assert spec.answer == "rule_on_every_stream" and spec.answer_seeds == 5 and spec.partition
+    (tmp_path / "x.yaml").write_text("title: x\nanswer: rule_on_every_stream\nbaseline: ovq\n")
+    with pytest.raises(ValueError, match="needs baseline, partition and answer_seeds >= 2"):
+        study_specs.load_study(str(tmp_path / "x.yaml"))
