@@ -239,9 +239,12 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
     k, n = sum(a == "yes" for a in answers), len(answers)
     if n and all(a == "no runs" for a in answers):
         return ClaimResult(claim, cells, answers, f"not run yet (no runs of {', '.join(claim.against)})")
-    if claim.seeds and counted and min(counted) < claim.seeds and "refused" not in answers:
-        # The verdict is declared over claim.seeds pairs; one read from fewer would be a peek.
-        return ClaimResult(claim, cells, answers, f"pending ({min(counted)} of {claim.seeds} "
+    # The verdict is declared over claim.seeds pairs; one read from fewer would be a peek. A refused
+    # comparison (mixed code) and one whose runs never measured the endpoint will not gain pairs by waiting:
+    # they are said as they are and do not hold the others.
+    waiting = [n for n, a in zip(counted, answers) if a not in ("refused", "not measured")]
+    if claim.seeds and waiting and min(waiting) < claim.seeds:
+        return ClaimResult(claim, cells, answers, f"pending ({min(waiting)} of {claim.seeds} "
                            f"{'runs' if claim.kind == 'fails_to_learn' else 'pairs'} in the comparison with fewest)")
     if n and all(a in ("not measured", "no runs", "too few pairs") for a in answers):
         return ClaimResult(claim, cells, answers, "too few pairs" if "too few pairs" in answers

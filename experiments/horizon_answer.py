@@ -204,17 +204,21 @@ def mixer_answers(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, str]]:
 
 
 def confirm_recipes(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, float]]:
-    """Per mixer, the treatment its confirmatory re-run uses (declared in study 23 before study 17's seeds 1-2
+    """Per mixer, the treatment its confirmatory re-run uses (study 23, declared before study 17's seeds 1-2
     were read): the one with the highest final average, paired against the same standard, so the largest
-    mean difference; ties go to the first listed. Only for mixers whose every row is decided (``{}`` entry
-    absent while any is pending). Every mixer is given its own best recipe by the same rule."""
+    mean difference (higher is better: study 17's endpoint is recall); ties go to the first listed. Only
+    mixers whose every row is decided appear, and a row without a difference (NaN) is never chosen. Every
+    mixer is given its own best recipe by the same rule. The rows are study 17's own (seeds 0-2): study
+    23's runs, on seeds 3-12, are in another study's records and never choose."""
     out: Dict[str, Tuple[str, float]] = {}
     for mixer in dict.fromkeys(row.mixer for row in rows):
         mine = [row for row in rows if row.mixer == mixer]
         if not mine or not all(row.decided for row in mine):
             continue
-        best = max(mine, key=lambda row: row.final.mean_difference)       # max keeps the first of equals
-        out[mixer] = (best.treatment, best.final.mean_difference)
+        scored = [row for row in mine if not math.isnan(row.final.mean_difference)]
+        if scored:
+            best = max(scored, key=lambda row: row.final.mean_difference)     # max keeps the first of equals
+            out[mixer] = (best.treatment, best.final.mean_difference)
     return out
 
 

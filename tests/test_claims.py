@@ -84,6 +84,12 @@ def test_a_verdict_waits_for_the_declared_pairs(root):
     assert short.verdict.startswith("pending (0 of 6")                 # a mixer without runs holds it too
     fails = Claim("c", "t", kind="fails_to_learn", against=["delta"], results=["results/a.json"], seeds=7)
     assert evaluate(fails, root).verdict == "pending (6 of 7 runs in the comparison with fewest)"
+    # a refused comparison (vq of another code) does not let a short one (ssm, 3 of 6 pairs) be read
+    runs = ([_run("ovq", s, 0.6 + 0.01 * s) for s in range(6)] + [_run("ssm", s, 0.3 + 0.02 * s) for s in range(3)]
+            + [_run("vq", s, 0.9, version="code-b") for s in range(6)])
+    (Path(root) / "results" / "c.json").write_text(json.dumps(runs))
+    both = evaluate(Claim("c", "t", against=["vq", "ssm"], results=["results/c.json"], seeds=6), root)
+    assert both.answers[0] == "refused" and both.verdict == "pending (3 of 6 pairs in the comparison with fewest)"
 
 
 def _curve_run(layers, seed, scores, bpb, slots=None):
