@@ -55,23 +55,24 @@ def test_fails_to_learn_untestable_missing_and_refused(root):
     assert mixed.answers == ["refused"] and "code versions" in mixed.cells[0]
 
 
+def _refused(path, text, message):
+    """A claims file with ``text`` is refused with a line matching ``message``."""
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        claims.load_claims(str(path))
+
+
 def test_the_shipped_claims_load_and_bad_files_get_one_line(tmp_path):
     preamble, shipped = claims.load_claims()
     assert "Scale" in preamble and len(shipped) >= 7
     assert {c.kind for c in shipped} <= set(claims.KINDS)
     bad = tmp_path / "c.yaml"
-    bad.write_text("claims:\n  - {claim: x, test: y, kind: as_much, seeds: 5, against: [vq], results: [r.json]}\n")
-    with pytest.raises(ValueError, match="kind as_much needs a margin > 0"):
-        claims.load_claims(str(bad))
-    bad.write_text("claims:\n  - {claim: x, test: y, kind: untestable}\n")
-    with pytest.raises(ValueError, match="says why"):
-        claims.load_claims(str(bad))
-    bad.write_text("claims:\n  - {claim: x, test: 10 seeds, seeds: 5, against: [vq], results: [r.json]}\n")
-    with pytest.raises(ValueError, match="its test says 10 seeds, seeds is 5"):
-        claims.load_claims(str(bad))
-    bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json]}\n")
-    with pytest.raises(ValueError, match="seeds .* is missing"):
-        claims.load_claims(str(bad))
+    _refused(bad, "claims:\n  - {claim: x, test: y, kind: as_much, seeds: 5, against: [vq], results: [r.json]}\n",
+             "kind as_much needs a margin > 0")
+    _refused(bad, "claims:\n  - {claim: x, test: y, kind: untestable}\n", "says why")
+    _refused(bad, "claims:\n  - {claim: x, test: 10 seeds, seeds: 5, against: [vq], results: [r.json]}\n",
+             "its test says 10 seeds, seeds is 5")
+    _refused(bad, "claims:\n  - {claim: x, test: y, against: [vq], results: [r.json]}\n", "seeds .* is missing")
 
 
 def test_a_verdict_waits_for_the_declared_pairs(root):
@@ -146,16 +147,12 @@ def test_capacity_and_position_endpoints_read_the_curves(tmp_path):
 
 def test_bad_endpoints_get_one_line(tmp_path):
     bad = tmp_path / "c.yaml"
-    bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'capacity@many'}\n")
-    with pytest.raises(ValueError, match="capacity@N needs a whole number"):
-        claims.load_claims(str(bad))
+    _refused(bad, "claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'capacity@many'}\n",
+             "capacity@N needs a whole number")
     for endpoint in ("final average", "final_averge"):
-        bad.write_text(f"claims:\n  - {{claim: x, test: y, against: [vq], results: [r.json], endpoint: '{endpoint}'}}\n")
-        with pytest.raises(ValueError, match="is not a summary name"):
-            claims.load_claims(str(bad))
-    bad.write_text("claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'position@'}\n")
-    with pytest.raises(ValueError, match="needs a domain"):
-        claims.load_claims(str(bad))
+        _refused(bad, f"claims:\n  - {{claim: x, test: y, against: [vq], results: [r.json], endpoint: '{endpoint}'}}\n",
+                 "is not a summary name")
+    _refused(bad, "claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'position@'}\n", "needs a domain")
 
 
 def test_every_row_of_the_table_has_four_cells_even_with_a_pattern_separator(root):
