@@ -29,9 +29,10 @@ The endpoint is one of:
 
 A claim declares its ``seeds`` (the pairs each comparison is to have, the same number its test text
 states); until every comparison has them the verdict is **pending** (the numbers so far are shown,
-the verdict is not read from them). A run without the measurement gives NaN, which drops its pair; a comparison left with no pair says
-"not measured", one with a single pair "too few pairs", and the verdict says so (or "not run yet" when
-no compared mixer has runs) when no comparison could be made.
+the verdict is not read from them); a refused comparison and one whose runs never measured the
+endpoint do not hold it. A run without the measurement gives NaN, which drops its pair; a comparison
+left with no pair says "not measured", one with a single pair "too few pairs", and the verdict says so
+(or "not run yet" when no compared mixer has runs) when no comparison could be made.
 """
 from __future__ import annotations
 

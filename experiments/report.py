@@ -647,8 +647,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         table = rule_answer.rule_table(_partitions(records, spec.partition, spec.partition_default), spec.baseline,
                                        spec.answer_seeds, missing)
         parts += [f"The declared decision (`{spec.answer}`, applied by `experiments/rule_answer.py`: every rule "
-                  f"against `{spec.baseline}` on each stream ({spec.partition}), final average, paired over seeds, "
-                  "Holm over every (stream, rule) comparison):", "", table or "(no pairs yet)", ""]
+                  f"against `{spec.baseline}` on each stream ({spec.partition}), final average, paired over seeds; "
+                  "which rule where: Holm over each stream's rules; a rule on every stream: the intersection-union "
+                  "test, Holm over the rules):", "", table or "(no pairs yet)", ""]
     elif spec.answer:
         from experiments import horizon_answer
         table = horizon_answer.answer_table(records, spec.within, spec.within_baseline, spec.answer_treatment)
