@@ -64,10 +64,6 @@ class RuleCell:
         return "wins" if self.good_direction else "loses"
 
 
-def _final(r: compare.RunRecord, current: bool) -> float:
-    return float((r.summary_current if current else r.summary).get("final_average", math.nan))
-
-
 def _value_text(v) -> str:
     """A param value as text, numbers as numbers ('32' and '32.0' are one value)."""
     try:
@@ -101,10 +97,12 @@ def rule_cells(streams: Sequence[Tuple[str, List[compare.RunRecord]]], baseline:
         base_identity = dict(identity(groups[base_key][0]))
         runs = [r for g in groups.values() for r in g]
         current = bool(runs) and all(r.summary_current for r in runs)      # one endpoint for the whole stream
+        column = "current:final_average" if current else "final_average"
         mine = []
         for key, pairs in compare._pairs_against(groups, base_key):
             rule = identity(groups[key][0])
-            c = paired_comparison([_final(a, current) for a, _ in pairs], [_final(b, current) for _, b in pairs])
+            c = paired_comparison([compare._column_value(a, column) for a, _ in pairs],
+                                  [compare._column_value(b, column) for _, b in pairs])
             label = ", ".join(f"{compare._short(k)}={v}" for k, v in rule if base_identity.get(k) != v) or key
             versions = len({r.code_version for pair in pairs for r in pair})
             mine.append(RuleCell(name, rule, label, c, higher_is_better(groups[base_key][0].metric), current, versions))
