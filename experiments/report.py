@@ -21,7 +21,7 @@ import statistics
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
@@ -469,25 +469,80 @@ def _line_style(c: int) -> Dict[str, str]:
     return {"color": f"C{c % 10}", "ls": ("-", ":", "--")[c // 10 % 3]}
 
 
+_KNOB_PARAMS = (".num_slots=", ".codebook_size=", ".window=", ".head_dim=")   # set by the budget, named by it
+
+
+def short_recipe_labels(keys: Sequence[str]) -> Dict[str, str]:
+    """{configuration key: a short label}: of the params in which ``keys`` (one mixer's configurations,
+    ``compare.group_records`` keys) differ, those a budget sets are left out (the budget names them), and
+    a param whose values split the configurations exactly as an earlier kept one does is left out too
+    (e.g. the batch size and step count of a recipe its episode count already names). Kept first: params
+    with more distinct values, then the stream's, then meta-training's, then the rest."""
+    params = {k: dict(p.split("=", 1) for p in k.split(", ") if "=" in p and not any(t in p for t in _KNOB_PARAMS))
+              for k in keys}
+    names = sorted({n for ps in params.values() for n in ps})
+    varying = [n for n in names if len({params[k].get(n) for k in keys}) > 1]
+
+    def rank(name):
+        group = 0 if name.startswith("stream.") else 1 if name.startswith("meta_train.") else 2
+        return (-len({params[k].get(name) for k in keys}), group, name)
+
+    kept, partitions = [], []
+    for name in sorted(varying, key=rank):
+        blocks = {}
+        for k in keys:
+            blocks.setdefault(params[k].get(name), set()).add(k)
+        partition = frozenset(frozenset(b) for b in blocks.values())
+        if partition not in partitions:
+            kept.append(name)
+            partitions.append(partition)
+    # a param a run does not list has its absent value (compare.ABSENT_VALUES), else "-"
+    return {k: ", ".join(f"{n.rsplit('.', 1)[-1]}={params[k].get(n, compare.ABSENT_VALUES.get(n, '-'))}" for n in kept)
+            or "all runs" for k in keys}
+
+
 def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) -> None:
-    """Meta-training's learning curves: the metric on the training batches against the step, one line per
-    configuration (mean over seeds, the band their range)."""
+    """Meta-training's learning curves, one panel per mixer: the metric on the training batches against the
+    step, one line per configuration (mean over seeds, the band their range), labelled by what sets it
+    apart (:func:`short_recipe_labels`); where the runs logged it, the metric on the answers recalled from
+    earlier episodes (``{metric}_recalled``) dotted in the same colour."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.0, 4.6))
+    groups = {k: runs for k, runs in sorted(compare.group_records(records).items()) if len(_meta_rows(runs)[0]) > 0}
+    if not groups:
+        return
+    by_mixer: Dict[str, List[str]] = {}
+    for key, runs in groups.items():
+        by_mixer.setdefault("+".join(compare._layers(runs[0].params.get("model.layers", ""))) or "runs", []).append(key)
+    n = len(by_mixer)
+    cols = min(n, 3)
+    rows_ = -(-n // cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(4.6 * cols, 3.9 * rows_), squeeze=False, sharey=True)
     metric = None
-    for c, (key, runs) in enumerate(sorted(compare.group_records(records).items())):
-        rows, metric = _meta_rows(runs)
-        if not rows:
-            continue
-        steps = [s for s, _ in rows]
-        ax.plot(steps, [statistics.fmean(v) for _, v in rows], **_line_style(c), label=key)
-        ax.fill_between(steps, [min(v) for _, v in rows], [max(v) for _, v in rows], color=_line_style(c)["color"], alpha=0.15)
-    ax.set_xlabel("meta-training step")
-    ax.set_ylabel(f"{metric} on the training batches (mean over seeds, band: range)")
-    _finish(fig, ax, path, title, legend_size=6)
+    for ax, (mixer, keys) in zip(axes.flat, sorted(by_mixer.items())):
+        labels = short_recipe_labels(keys)
+        for c, key in enumerate(keys):
+            rows, metric = _meta_rows(groups[key])
+            steps = [s for s, _ in rows]
+            style = _line_style(c)
+            ax.plot(steps, [statistics.fmean(v) for _, v in rows], **style, label=labels[key])
+            ax.fill_between(steps, [min(v) for _, v in rows], [max(v) for _, v in rows], color=style["color"], alpha=0.15)
+            recalled, _ = _meta_rows(groups[key], f"{metric}_recalled")
+            if recalled:
+                ax.plot([s for s, _ in recalled], [statistics.fmean(v) for _, v in recalled], color=style["color"],
+                        ls=":", lw=1.2)
+        ax.set_title(f"{mixer} (dotted: recalled answers)", fontsize=8)
+        ax.set_xlabel("meta-training step", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=5.5, loc="lower right")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"{metric} on the training batches\n(mean over seeds, band: range)", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    _save(fig, path)
 
 
 def probe_curve_series(records: List[compare.RunRecord]) -> Dict[str, Dict[str, list]]:

@@ -417,3 +417,23 @@ def test_probe_curves_give_mean_and_interval_per_configuration_and_x(tmp_path, m
     text = report.section(study_specs.load_study("curvy"))
     assert "![capacity and position curves](results/curvy.png)" in text
     assert (tmp_path / "results" / "curvy.png").stat().st_size > 1000
+
+
+def test_short_recipe_labels_name_what_sets_a_configuration_apart_once():
+    """Params that split the configurations as an earlier one does (a recipe's batch size and steps beside
+    its episode count) and budget-set knobs are left out; an absent param shows its absent value."""
+    keys = ["meta_train.batch_size=16, meta_train.retention_loss=1.0, meta_train.steps=1000, layers=['delta'], "
+            "delta.head_dim=65, state_budget=67840, stream.options.meta_sequence_episodes=32",
+            "meta_train.batch_size=16, meta_train.steps=1000, layers=['delta'], delta.head_dim=65, "
+            "state_budget=67840, stream.options.meta_sequence_episodes=32",
+            "meta_train.batch_size=32, meta_train.steps=400, layers=['delta'], delta.head_dim=32, "
+            "state_budget=16960, stream.options.meta_sequence_episodes=4",
+            "meta_train.batch_size=32, meta_train.steps=400, layers=['delta'], delta.head_dim=65, "
+            "state_budget=67840, stream.options.meta_sequence_episodes=4"]
+    labels = report.short_recipe_labels(keys)
+    assert [labels[k] for k in keys] == [
+        "meta_sequence_episodes=32, retention_loss=1.0, state_budget=67840",
+        "meta_sequence_episodes=32, retention_loss=0.0, state_budget=67840",
+        "meta_sequence_episodes=4, retention_loss=0.0, state_budget=16960",
+        "meta_sequence_episodes=4, retention_loss=0.0, state_budget=67840"]
+    assert report.short_recipe_labels(keys[:1]) == {keys[0]: "all runs"}
