@@ -474,12 +474,15 @@ _KNOB_PARAMS = (".num_slots=", ".codebook_size=", ".window=", ".head_dim=")   # 
 
 def short_recipe_labels(keys: Sequence[str]) -> Dict[str, str]:
     """{configuration key: a short label}: of the params in which ``keys`` (one mixer's configurations,
-    ``compare.group_records`` keys) differ, those a budget sets are left out (the budget names them), and
+    ``compare.group_records`` keys) differ, those a budget sets are left out (the budget names them; not
+    the same knob under ``after_meta.``, a treatment), and
     a param whose values split the configurations exactly as an earlier kept one does is left out too
     (e.g. the batch size and step count of a recipe its episode count already names). Kept first: params
     with more distinct values, then the stream's, then meta-training's, then the rest."""
-    params = {k: dict(p.split("=", 1) for p in k.split(", ") if "=" in p and not any(t in p for t in _KNOB_PARAMS))
-              for k in keys}
+    def budget_set(p):                  # the model's knob; the same knob set after meta-training is a treatment
+        return any(t in p for t in _KNOB_PARAMS) and not p.startswith("after_meta.")
+
+    params = {k: dict(p.split("=", 1) for p in k.split(", ") if "=" in p and not budget_set(p)) for k in keys}
     names = sorted({n for ps in params.values() for n in ps})
     varying = [n for n in names if len({params[k].get(n) for k in keys}) > 1]
 
@@ -548,7 +551,8 @@ def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) ->
 def probe_curve_series(records: List[compare.RunRecord]) -> Dict[str, Dict[str, list]]:
     """The probe curves' points, per panel and configuration: ``{panel: {configuration: [(x, interval)]}}``
     with the mean and 95% interval over seeds at each x. Panels: ``"capacity"`` (x = facts bound once,
-    the score at each) and ``"position: DOMAIN"`` (x = the position bucket's upper edge in bytes, its bits
+    the score at each), ``"interference: KIND"`` (x = intervening items of that kind, the recall of the
+    facts before them) and ``"position: DOMAIN"`` (x = the position bucket's upper edge in bytes, its bits
     per byte). A configuration is in a panel when some run measured that curve."""
     from experiments.intervals import mean_interval
 
@@ -561,39 +565,92 @@ def probe_curve_series(records: List[compare.RunRecord]) -> Dict[str, Dict[str, 
             for domain, curve in ((r.position or {}).get("curves") or {}).items():
                 for b in curve.get("buckets") or []:
                     points.setdefault(f"position: {domain}", {}).setdefault(b["hi"], []).append(float(b["bits_per_byte"]))
+            for kind, curve in ((r.interference or {}).get("curves") or {}).items():
+                for p in curve:
+                    points.setdefault(f"interference: {kind}", {}).setdefault(p["items"], []).append(float(p["score"]))
         for panel, by_x in points.items():
             panels.setdefault(panel, {})[key] = [(x, mean_interval(v)) for x, v in sorted(by_x.items())]
     return panels
 
 
+PANEL_LINES = 8          # a probe panel with more lines than this is split into one panel per mixer
+
+
+def probe_panels(records: List[compare.RunRecord]) -> List[tuple]:
+    """The probe figure's panels: [(curve, mixer or "", {configuration: (label, points)})], from
+    :func:`probe_curve_series`. A curve with at most ``PANEL_LINES`` configurations is one panel whose
+    lines are named by mixer; one with more is one panel per mixer, its lines named by what sets them
+    apart (:func:`short_recipe_labels`)."""
+    mixer_of = {k: "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or k
+                for k, runs in compare.group_records(records).items()}
+    out = []
+    for curve, series in sorted(probe_curve_series(records).items()):
+        by_mixer: Dict[str, List[str]] = {}
+        for key in sorted(series):
+            by_mixer.setdefault(mixer_of.get(key, key), []).append(key)
+        labels = {}
+        for mixer, keys in by_mixer.items():
+            short = short_recipe_labels(keys)
+            labels.update({k: (mixer if short[k] == "all runs" else f"{mixer}: {short[k]}") for k in keys})
+        if len(series) <= PANEL_LINES:
+            out.append((curve, "", {k: (labels[k], series[k]) for k in sorted(series)}))
+        else:
+            for mixer, keys in sorted(by_mixer.items()):
+                short = short_recipe_labels(keys)
+                out.append((curve, mixer, {k: (short[k], series[k]) for k in keys}))
+    return out
+
+
 def plot_probe_curves(records: List[compare.RunRecord], path: str, title: str) -> bool:
-    """The capacity curves (score against the facts bound, i.e. the context length) and the position curves
-    (bits per byte against position, one panel per domain), one line per configuration, 95% bands over
-    seeds, log-scale x. False (and nothing written) when no run has a curve."""
+    """The probe curves: capacity (score against the facts bound, i.e. the context length), interference
+    (recall against the intervening items, one panel per kind) and position (bits per byte against
+    position, one panel per domain); 95% bands over seeds, log-scale x (symmetric-log where x starts at
+    0). Panels as :func:`probe_panels` lays them out, one row per curve. False (and nothing written)
+    when no run has a curve."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = probe_curve_series(records)
+    panels = probe_panels(records)
     if not panels:
         return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.6), squeeze=False)
-    for ax, (panel, series) in zip(axes[0], sorted(panels.items())):
-        for c, (key, pts) in enumerate(sorted(series.items())):
-            xs = [x for x, _ in pts]
-            ax.plot(xs, [iv.mean for _, iv in pts], marker="o", ms=3, **_line_style(c), label=key)
-            lows = [iv.low if iv.n > 1 else iv.mean for _, iv in pts]
-            highs = [iv.high if iv.n > 1 else iv.mean for _, iv in pts]
-            ax.fill_between(xs, lows, highs, color=_line_style(c)["color"], alpha=0.15)
-        ax.set_xscale("log", base=2)
-        capacity = panel == "capacity"
-        ax.set_xlabel("facts bound once, then queried (the context grows with them)" if capacity
-                      else "position in the document (bucket's upper edge, bytes)")
-        ax.set_ylabel(f"{records[0].metric} (mean over seeds, band: 95% CI)" if capacity
-                      else "bits per byte (mean over seeds, band: 95% CI; lower is better)")
-        ax.set_title(textwrap.fill(title, 80) + f"\n{panel}", fontsize=8)      # panels side by side: wrap
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+    curves = list(dict.fromkeys(curve for curve, _, _ in panels))
+    cols = max(sum(c == curve for c, _, _ in panels) for curve in curves)
+    fig, axes = plt.subplots(len(curves), cols, figsize=(4.8 * cols, 3.9 * len(curves)), squeeze=False)
+    used = set()
+    for curve in curves:
+        row = curves.index(curve)
+        for col, (_, mixer, series) in enumerate(p for p in panels if p[0] == curve):
+            ax = axes[row][col]
+            used.add((row, col))
+            for c, (key, (label, pts)) in enumerate(series.items()):
+                xs = [x for x, _ in pts]
+                ax.plot(xs, [iv.mean for _, iv in pts], marker="o", ms=3, **_line_style(c), label=label)
+                lows = [iv.low if iv.n > 1 else iv.mean for _, iv in pts]
+                highs = [iv.high if iv.n > 1 else iv.mean for _, iv in pts]
+                ax.fill_between(xs, lows, highs, color=_line_style(c)["color"], alpha=0.15)
+            if min(x for _, (_, pts) in series.items() for x, _ in pts) <= 0:
+                ax.set_xscale("symlog", base=2, linthresh=1)
+            else:
+                ax.set_xscale("log", base=2)
+            kind = curve.split(": ", 1)[0]
+            ax.set_xlabel({"capacity": "facts bound once, then queried (the context grows with them)",
+                           "interference": "items between the facts and their queries"}.get(
+                               kind, "position in the document (bucket's upper edge, bytes)"), fontsize=8)
+            ax.set_ylabel(f"{records[0].metric} (mean, band: 95% CI)" if kind != "position"
+                          else "bits per byte (mean, band: 95% CI; lower is better)", fontsize=8)
+            ax.set_title(curve + (f": {mixer}" if mixer else ""), fontsize=8)
+            ax.grid(alpha=0.3)
+            if kind != "position" and records[0].metric == "accuracy":
+                ax.set_ylim(-0.02, 1.02)        # one scale for every recall panel (a band over 2 seeds is wide)
+            if not mixer or row == min(r for r, c in used if c == col):
+                ax.legend(fontsize=5.5)         # split panels: a column's lines are one mixer's, named once
+    for row in range(len(curves)):
+        for col in range(cols):
+            if (row, col) not in used:
+                axes[row][col].axis("off")
+    fig.suptitle(textwrap.fill(title, 120), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     _save(fig, path)
     return True
 
@@ -660,7 +717,7 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         if table:
             parts += [caption, "", table, ""]
     if spec.curves and plot_probe_curves(records, os.path.join(root or PROJECT_DIR, spec.curves), spec.title):
-        parts += [f"![capacity and position curves]({spec.curves})", ""]
+        parts += [f"![probe curves: capacity, interference, position]({spec.curves})", ""]
     if spec.plot:
         plot_by_state_bytes(records, os.path.join(root or PROJECT_DIR, spec.plot), spec.title)
         parts += [f"![forgetting and learning against state bytes]({spec.plot})", ""]

@@ -437,3 +437,6 @@ def test_short_recipe_labels_name_what_sets_a_configuration_apart_once():
         "meta_sequence_episodes=4, retention_loss=0.0, state_budget=16960",
         "meta_sequence_episodes=4, retention_loss=0.0, state_budget=67840"]
     assert report.short_recipe_labels(keys[:1]) == {keys[0]: "all runs"}
+    test_time = ["after_meta.model.mixers.ovq.num_slots=2048, layers=['ovq'], ovq.num_slots=128",
+                 "after_meta.model.mixers.ovq.num_slots=128, layers=['ovq'], ovq.num_slots=128"]
+    assert list(report.short_recipe_labels(test_time).values()) == ["num_slots=2048", "num_slots=128"]
