@@ -403,10 +403,21 @@ def test_probe_curves_give_mean_and_interval_per_configuration_and_x(tmp_path, m
             r["capacity"] = {"curve": {"points": [{"facts": 16, "score": 1.0}, {"facts": 64, "score": score + 0.1 * s}]}}
             r["position"] = {"curves": {"prose": {"buckets": [{"lo": 0, "hi": 64, "bits_per_byte": 4.0 + s},
                                                               {"lo": 64, "hi": 256, "bits_per_byte": 3.0}]}}}
+            r["interference"] = {"curves": {"other_region": [{"items": 0, "score": 1.0}, {"items": 8, "score": score}]}}
             runs.append(r)
     records = [report.compare.record_from_json(d) for d in runs]
     panels = report.probe_curve_series(records)
-    assert sorted(panels) == ["capacity", "position: prose"]
+    assert sorted(panels) == ["capacity", "interference: other_region", "position: prose"]
+    assert dict(next(v for k, v in panels["interference: other_region"].items() if "full" in k))[8].mean == 0.9
+    # few lines: one panel per curve, lines named by mixer
+    assert [(curve, mixer, sorted(label for label, _ in lines.values()))
+            for curve, mixer, lines in report.probe_panels(records)] == [
+        ("capacity", "", ["full", "ovq"]), ("interference: other_region", "", ["full", "ovq"]),
+        ("position: prose", "", ["full", "ovq"])]
+    monkeypatch.setattr(report, "PANEL_LINES", 1)          # more lines than a panel holds: one panel per mixer
+    assert [(curve, mixer) for curve, mixer, _ in report.probe_panels(records)][:2] == [("capacity", "full"),
+                                                                                        ("capacity", "ovq")]
+    monkeypatch.setattr(report, "PANEL_LINES", 8)
     ovq = dict(next(v for k, v in panels["capacity"].items() if "ovq" in k))
     assert ovq[16].mean == 1.0 and abs(ovq[64].mean - 0.6) < 1e-12 and ovq[64].n == 3
     prose = dict(next(v for k, v in panels["position: prose"].items() if "full" in k))
@@ -415,7 +426,7 @@ def test_probe_curves_give_mean_and_interval_per_configuration_and_x(tmp_path, m
     _study_folder(tmp_path, monkeypatch, "curvy", runs,
                   "title: 'Curves'\nsetup: 'A setup.'\ncurves: results/curvy.png\n")
     text = report.section(study_specs.load_study("curvy"))
-    assert "![capacity and position curves](results/curvy.png)" in text
+    assert "![probe curves: capacity, interference, position](results/curvy.png)" in text
     assert (tmp_path / "results" / "curvy.png").stat().st_size > 1000
 
 
