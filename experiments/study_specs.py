@@ -43,10 +43,10 @@ class StudySpec:
     plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
     frontier: Optional[str] = None                       # a plot of retained against updated facts, one line per
                                                          # mixer over its knob's settings (streams whose facts change)
-    meta_curves: Optional[str] = None                    # a plot of meta-training's learning curves, one line per
-                                                         # configuration (mean over seeds), with a plateau table
-    curves: Optional[str] = None                         # a plot of the capacity and position curves, one line
-                                                         # per configuration (mean and 95% band over seeds)
+    meta_curves: Optional[str] = None                    # a plot of meta-training's learning curves, one panel per
+                                                         # mixer, one line per configuration, with a plateau table
+    curves: Optional[str] = None                         # a plot of the capacity, interference and position curves,
+                                                         # one line per configuration (mean and 95% band over seeds)
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
     verdict: Optional[str] = None                        # the stream's name in the verdict table (None: not in it)
     family: Optional[str] = None                         # the stream family its verdict rows are adjusted in (Holm,
