@@ -930,12 +930,14 @@ def curves_plot(records: Iterable[RunRecord], path: str, title: str = "") -> str
         label = key + (f"  [NOT LEARNED: {bad}/{len(runs)}]" if bad else "")
         ax.plot(range(K), mean, marker="o", label=label, linestyle="--" if bad else "-")
         ax.fill_between(range(K), [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.15)
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))           # experiences are whole
     ax.set_xlabel("experiences since the evaluated experience was learned")
     ax.set_ylabel(metric)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    # below the axes: a legend of long configuration names inside them hides the curves
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
