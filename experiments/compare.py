@@ -270,6 +270,31 @@ def relevant_params(params: Dict[str, str]) -> Dict[str, str]:
     return {k: v for k, v in params.items() if _mixer_of_option(k) in (None, *used)}
 
 
+def longest_budget_keys(keys: Sequence[str], groups: Dict[str, List["RunRecord"]], budget: str) -> List[str]:
+    """A budget rule: of the configurations among ``keys`` that differ only in the numeric param ``budget``
+    (e.g. ``meta_train.steps``: a recipe rerun longer because it was still improving), only the one with
+    the largest value is kept; ``keys`` in their order. A configuration without the param counts as 0."""
+    def size(key):
+        return float(groups[key][0].params.get(budget, 0))
+
+    def rest(key):
+        return tuple(sorted((k, v) for k, v in relevant_params(groups[key][0].params).items()
+                            if k != budget and not _is_seed_or_bookkeeping(k)))
+
+    longest: Dict[tuple, str] = {}
+    for key in keys:
+        if rest(key) not in longest or size(key) > size(longest[rest(key)]):
+            longest[rest(key)] = key
+    return [k for k in keys if k in longest.values()]
+
+
+def read_longest_budget(records: Sequence["RunRecord"], budget: str) -> List["RunRecord"]:
+    """The records of :func:`longest_budget_keys`' configurations (the others left out)."""
+    groups = group_records(records)
+    kept = set(longest_budget_keys(list(groups), groups, budget))
+    return [r for key, runs in groups.items() if key in kept for r in runs]
+
+
 def group_by_config(items: Sequence, params_of: Callable) -> Dict[str, List]:
     """Items whose configs differ only by seeds (and the options of mixers they do not use) share a
     group; the group's name lists the differing values."""

@@ -133,18 +133,7 @@ def recalled_skill(r: compare.RunRecord) -> float:
 def _longest_budgets(keys: Sequence[str], groups: Dict[str, List[compare.RunRecord]]) -> List[str]:
     """The study's budget rule: of configurations that differ only in ``meta_train.steps`` (a recipe rerun
     at a larger budget because it was still improving), only the longest is read."""
-    def steps(key):
-        return int(float(groups[key][0].params.get(STEPS, 0)))
-
-    def rest(key):
-        return tuple(sorted((k, v) for k, v in compare.relevant_params(groups[key][0].params).items()
-                            if k != STEPS and not compare._is_seed_or_bookkeeping(k)))
-
-    longest: Dict[tuple, str] = {}
-    for key in keys:
-        if rest(key) not in longest or steps(key) > steps(longest[rest(key)]):
-            longest[rest(key)] = key
-    return [k for k in keys if k in longest.values()]
+    return compare.longest_budget_keys(keys, groups, STEPS)
 
 
 def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,

@@ -735,8 +735,14 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         parts += [f"Meta-training's learning curves (the metric on the training batches; plateau: every seed moved "
                   f"by less than {PLATEAU_GAIN} over the last quarter of the steps):", "", meta_training_table(records),
                   "", f"![meta-training learning curves]({spec.meta_curves})", ""]
+    # the declared budget rule: a configuration rerun with a larger budget replaces the shorter in every
+    # paired table (the tables above show both)
+    paired_records = compare.read_longest_budget(records, spec.budget_rule) if spec.budget_rule else records
+    if spec.budget_rule and len(paired_records) < len(records):
+        parts += [f"Budget rule: of configurations that differ only in `{spec.budget_rule}`, the paired tables read "
+                  f"the largest ({len(records) - len(paired_records)} runs of shorter budgets left out of them).", ""]
     for baseline in ([spec.baseline] if spec.baseline else []) + list(spec.more_baselines):
-        for value, subset in _partitions(records, spec.partition, spec.partition_default):
+        for value, subset in _partitions(paired_records, spec.partition, spec.partition_default):
             where = "" if value is None else f", {spec.partition} = {value}"
             try:
                 table = compare.paired_table(subset, baseline)
@@ -745,7 +751,7 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
             parts += [f"Paired against `{baseline}`{where} (same seeds of model and data; difference = row - baseline):",
                       "", table, ""]
     if spec.within and spec.within_baseline:
-        for value, subset in _partitions(records, spec.within):
+        for value, subset in _partitions(paired_records, spec.within):
             try:
                 table = compare.paired_table(subset, spec.within_baseline)
             except ValueError as e:

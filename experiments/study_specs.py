@@ -45,6 +45,8 @@ class StudySpec:
                                                          # mixer over its knob's settings (streams whose facts change)
     meta_curves: Optional[str] = None                    # a plot of meta-training's learning curves, one panel per
                                                          # mixer, one line per configuration, with a plateau table
+    budget_rule: Optional[str] = None                    # a numeric param (e.g. meta_train.steps): of configurations
+                                                         # that differ only in it, the paired tables read the largest
     curves: Optional[str] = None                         # a plot of the capacity, interference and position curves,
                                                          # one line per configuration (mean and 95% band over seeds)
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)

@@ -451,3 +451,28 @@ def test_short_recipe_labels_name_what_sets_a_configuration_apart_once():
     test_time = ["after_meta.model.mixers.ovq.num_slots=2048, layers=['ovq'], ovq.num_slots=128",
                  "after_meta.model.mixers.ovq.num_slots=128, layers=['ovq'], ovq.num_slots=128"]
     assert list(report.short_recipe_labels(test_time).values()) == ["num_slots=2048", "num_slots=128"]
+
+
+def test_the_budget_rule_reads_the_longer_rerun_in_the_paired_tables(tmp_path, monkeypatch):
+    """``budget_rule: meta_train.steps``: OVQ and Gated DeltaNet rerun at 2,000 steps replace their 1,000-step
+    runs in the paired tables (the baseline is one configuration again, not two); the summary shows both."""
+    runs = []
+    for s in range(3):
+        for layers, steps, score in (("ovq", "1000", 0.6), ("ovq", "2000", 0.9), ("delta", "1000", 0.2),
+                                     ("delta", "2000", 0.5), ("ssm", "1000", 0.3)):
+            d = _run(layers, s, [[score + 0.01 * s]])
+            d["params"]["meta_train.steps"] = steps
+            runs.append(d)
+    records = [report.compare.record_from_json(d) for d in runs]
+    kept = report.compare.read_longest_budget(records, "meta_train.steps")
+    assert sorted({(r.params["model.layers"], r.params["meta_train.steps"]) for r in kept}) == [
+        ("['delta']", "2000"), ("['ovq']", "2000"), ("['ssm']", "1000")]
+    _study_folder(tmp_path, monkeypatch, "budgets", runs,
+                  "title: 'Budgets'\nsetup: 'A setup.'\nbaseline: ovq\nbudget_rule: meta_train.steps\n")
+    text = report.section(study_specs.load_study("budgets"))
+    assert "the paired tables read the largest (6 runs of shorter budgets left out of them)" in text
+    assert "no paired table" not in text
+    paired = text.split("Paired against `ovq`")[1].split("```")[0]
+    assert "meta_train.steps=2000, layers=['delta'] | final_average | 3 | -0.400" in paired
+    assert "meta_train.steps=1000, layers=['delta']" not in paired
+    assert "meta_train.steps=1000, layers=['delta']" in text.split("Paired against")[0]      # the summary keeps it
