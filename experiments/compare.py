@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -305,6 +306,34 @@ def group_by_config(items: Sequence, params_of: Callable) -> Dict[str, List]:
         name = ", ".join(f"{_short(k)}={p[k]}" for k in varying if k in p)
         groups[name or "all runs"].append(it)
     return groups
+
+
+_PARAM_START = re.compile(r"[A-Za-z_][\w.]*=")
+
+
+def split_top_level(text: str, part_start: Optional["re.Pattern"] = None) -> List[str]:
+    """``text`` split at every ", " outside brackets (a list value holds ", " too); with
+    ``part_start``, only where the next part matches it."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[({":
+            depth += 1
+        elif ch in "])}":
+            depth = max(depth - 1, 0)
+        elif (ch == "," and depth == 0 and text.startswith(", ", i)
+              and (part_start is None or part_start.match(text, i + 2))):
+            parts.append(text[start:i])
+            start = i + 2
+    parts.append(text[start:])
+    return parts
+
+
+def split_group_key(key: str) -> List[str]:
+    """A :func:`group_by_config` name back into its ``name=value`` parts: split at the ", " that
+    :func:`group_by_config` joined with, never inside a value (``layers=['swa', 'ovq']``,
+    ``gate.interference=[neutral, repeat]``): only outside brackets and where the next part starts
+    like a param name followed by '='."""
+    return [p for p in split_top_level(key, _PARAM_START) if p]
 
 
 def _short(key: str) -> str:

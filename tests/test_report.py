@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from experiments import report, study_specs
+from experiments import compare, report, study_specs
 from experiments import study as study_runner
 
 
@@ -451,6 +451,23 @@ def test_short_recipe_labels_name_what_sets_a_configuration_apart_once():
     test_time = ["after_meta.model.mixers.ovq.num_slots=2048, layers=['ovq'], ovq.num_slots=128",
                  "after_meta.model.mixers.ovq.num_slots=128, layers=['ovq'], ovq.num_slots=128"]
     assert list(report.short_recipe_labels(test_time).values()) == ["num_slots=2048", "num_slots=128"]
+
+
+def test_group_keys_split_back_into_their_params_even_when_a_value_is_a_list():
+    """A configuration's name joins its params with ", ", and a list value holds ", " too: the name is split
+    only between params, so labels name the list whole."""
+    params = [{"model.layers": str(layers), "gate.interference": str(kinds), "model.state_budget": "67840"}
+              for layers, kinds in [(["swa", "ovq"], ["neutral", "repeat"]), (["swa"], ["neutral", "same_region", "repeat"])]]
+    keys = list(compare.group_by_config(params, lambda p: p))
+    assert [compare.split_group_key(k) for k in keys] == [
+        ["gate.interference=['neutral', 'repeat']", "layers=['swa', 'ovq']"],
+        ["gate.interference=['neutral', 'same_region', 'repeat']", "layers=['swa']"]]
+    assert compare.split_group_key("all runs") == ["all runs"]
+    # a partition over several keys names each value whole
+    assert report._where("model.layers, meta_train.steps", "['swa', 'ovq'], 1000") == "layers=['swa', 'ovq'], steps=1000"
+    labels = report.short_recipe_labels(keys)
+    assert labels[keys[0]] == "interference=['neutral', 'repeat']"    # one param, its whole list
+    assert labels[keys[1]] == "interference=['neutral', 'same_region', 'repeat']"
 
 
 def test_the_budget_rule_reads_the_longer_rerun_in_the_paired_tables(tmp_path, monkeypatch):
