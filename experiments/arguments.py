@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_p.add_argument("--experiment", default="ovq-cl")
     cmp_p.add_argument("--tracking-uri", default=None)
     cmp_p.add_argument("--filter", default="", help="an MLflow search filter, e.g. \"params.strategy.name = 'frozen'\"")
+    merge_p = sub.add_parser("merge", help="merge sweep JSON files into one (each run once: its config_id and code "
+                                           "version), e.g. a sweep finished in pieces back into the file its study lists")
+    merge_p.add_argument("out", help="the JSON file to write (its own records are kept, first)")
+    merge_p.add_argument("json", nargs="+", help="sweep JSON files (ovq-cl sweep --out) to add")
     study_p = sub.add_parser("study", help="run a study of experiments/studies/ (its sweeps), then rewrite RESULTS.md")
     study_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
     study_p.add_argument("--smoke", default=None, metavar="DIR",

@@ -183,6 +183,11 @@ def _dispatch(args, parser) -> int:
         if args.baseline:
             print()
             print(compare.paired_table(records, args.baseline))
+    elif args.command == "merge":
+        from experiments.sweep import merge_record_files
+
+        written, dropped = merge_record_files(args.out, args.json)
+        say(f"ovq-cl: merge: {written} run records in {args.out}" + (f" ({dropped} repeats kept once)" if dropped else ""))
     elif args.command == "study":
         from experiments.study import run_study
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import traceback
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from experiments.config import RunConfig, run_config
 
@@ -149,6 +149,50 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             show(text)
             announce(f"table, records and plot: {', '.join(paths.values())} (also artifacts of MLflow run {parent.run_id})")
     return results, failures
+
+
+def merge_record_files(out: str, inputs: Sequence[str]) -> Tuple[int, int]:
+    """The run records of ``out`` (if it exists) and of every file of ``inputs``, in that order, written to
+    ``out`` atomically, under the lock sweeps write it with: e.g. a sweep finished in pieces (on several
+    machines, or restricted to the runs a fresh machine had no record of) back into the one file its
+    study lists. A run is one identity, its ``config_id`` with its ``code_version``: a repeat is kept once
+    (the first), and a repeat whose results differ is refused with nothing written (two different results
+    can't both be that run's). Returns (records written, repeats dropped)."""
+    import json
+    import os
+
+    from filelock import FileLock
+
+    merged, seen, dropped = [], {}, 0
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with FileLock(f"{out}.lock"):
+        for path in ([out] if os.path.exists(out) else []) + list(inputs):
+            with open(path) as fh:
+                records = json.load(fh)
+            if not isinstance(records, list):
+                raise ValueError(f"merge: {path} is not a list of run records (what ovq-cl sweep --out writes)")
+            for record in records:
+                if not isinstance(record, dict) or "config_id" not in record or "params" not in record:
+                    raise ValueError(f"merge: {path} holds an entry that is not a run record (no config_id or params)")
+                identity = (record["config_id"], record.get("code_version"))
+                if identity in seen:
+                    if _result_of(seen[identity]) != _result_of(record):
+                        raise ValueError(f"merge: run {record.get('label')} ({identity[0]}, {identity[1]}) has two "
+                                         f"different records (one in {path}); nothing written")
+                    dropped += 1
+                    continue
+                seen[identity] = record
+                merged.append(record)
+        tmp = f"{out}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(merged, fh, indent=1)
+        os.replace(tmp, out)
+    return len(merged), dropped
+
+
+def _result_of(record: dict) -> dict:
+    """A record less what says where, when and how long it ran (one run reused elsewhere differs there)."""
+    return {k: v for k, v in record.items() if k not in ("run_id", "artifact_uri", "wall_seconds", "provenance")}
 
 
 def _write_records(results, path: str, configs=()) -> None:

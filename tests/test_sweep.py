@@ -206,3 +206,39 @@ def test_a_param_dropped_at_its_absent_value_still_splits_groups():
     groups = compare.group_records([record("1.0", 0), record("0.0", 0), record("1.0", 1), record("0.0", 1)])
     assert {k: sorted(r.seed for r in v) for k, v in groups.items()} == {
         "all runs": [0, 1], "meta_train.retention_loss=1.0": [0, 1]}
+
+
+def test_merge_puts_a_sweep_finished_in_pieces_back_into_one_file_each_run_once(tmp_path):
+    """Records of one sweep run in pieces (a fresh machine runs only what it had no record of) merge into the
+    study's file: the file's own first, each identity (config_id, code version) once; the same config of
+    another code version is another run; a repeat with a different result is refused, nothing written."""
+    import json
+
+    from experiments.cli import main
+    from experiments.sweep import merge_record_files
+
+    def record(cid, code="code-a", final=0.5, run_id="r"):
+        return {"label": f"run-{cid}", "config_id": cid, "code_version": code, "params": {"seed": 0},
+                "R": [[final]], "run_id": run_id, "wall_seconds": 1.0}
+
+    out, piece, other = tmp_path / "long.json", tmp_path / "long_s1.json", tmp_path / "long_s2.json"
+    out.write_text(json.dumps([record("a"), record("b")]))
+    piece.write_text(json.dumps([record("b", run_id="elsewhere"), record("c")]))   # b: the same run, reused
+    other.write_text(json.dumps([record("c", code="code-b"), record("d")]))
+    assert merge_record_files(str(out), [str(piece), str(other)]) == (5, 1)
+    merged = json.loads(out.read_text())
+    assert [(d["config_id"], d["code_version"]) for d in merged] == [
+        ("a", "code-a"), ("b", "code-a"), ("c", "code-a"), ("c", "code-b"), ("d", "code-a")]
+    assert merged[1]["run_id"] == "r"                                  # the file's own record is kept
+
+    clash = tmp_path / "clash.json"
+    clash.write_text(json.dumps([record("a", final=0.9)]))
+    before = out.read_text()
+    with pytest.raises(ValueError, match="two different records"):
+        merge_record_files(str(out), [str(clash)])
+    assert out.read_text() == before
+    (tmp_path / "bad.json").write_text(json.dumps({"not": "records"}))
+    assert main(["merge", str(out), str(tmp_path / "bad.json")]) != 0   # one line, nothing written
+    assert out.read_text() == before
+    assert main(["merge", str(tmp_path / "new.json"), str(piece)]) == 0
+    assert [d["config_id"] for d in json.loads((tmp_path / "new.json").read_text())] == ["b", "c"]
