@@ -2,6 +2,7 @@
 the record it writes (``results.json`` in MLflow, the ``result`` of its last checkpoint)."""
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -91,6 +92,22 @@ class RunResult:
             "provenance": self.provenance, "shared_bytes_per_layer": self.shared_bytes_per_layer,
             "learned_buffers": self.learned_buffers,
         }
+
+
+@dataclass
+class RecordedResult(RunResult):
+    """A finished run read back from its record where it ran (a sweep's JSON): :meth:`record` gives that
+    record as it was, so rewriting the JSON never restates it in this machine's paths or tracking store."""
+
+    stored: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_stored(cls, cfg: RunConfig, d: Dict[str, Any]) -> "RecordedResult":
+        base = RunResult.from_record(cfg, d)
+        return cls(**{f: getattr(base, f) for f in base.__dataclass_fields__}, stored=copy.deepcopy(d))
+
+    def record(self) -> Dict[str, Any]:
+        return copy.deepcopy(self.stored)
 
 
 def combined_gate(*flags: Optional[bool]) -> Optional[bool]:

@@ -5,6 +5,8 @@ tasks (``backend="ray"``: a local Ray started for the sweep, or an existing clus
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import traceback
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -80,9 +82,11 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
     The parent logs the grid as params and, with ``out``, the comparison table, the run records (JSON)
     and the forgetting-curve plot as artifacts (also written to ``out``); the JSON is rewritten after
     every finished run, so a sweep killed midway leaves the records of the runs it finished. Finished identical runs are
-    reused, never re-parented (only the runs a sweep starts are its children). Prints one line per run
-    with the time so far and an estimate of the time left. Returns (results, failures), both in the
-    order of ``configs`` whatever the backend. ``announce`` receives the messages (the CLI: stderr, or
+    reused, never re-parented (only the runs a sweep starts are its children), and so are the runs the
+    JSON of ``out`` already records with this config and code version (a machine without the store or
+    the checkpoints, e.g. a fresh clone, does not run them again; ``rerun`` runs them). Prints one line per run
+    with the time so far and an estimate of the time left. Returns (results, failures): the runs read
+    from records first, then the others, each in the order of ``configs`` whatever the backend. ``announce`` receives the messages (the CLI: stderr, or
     nothing under ``--quiet``), ``show`` the comparison table (the CLI: stdout, quiet or not); ``quiet``: Ray's trials and start-up
     say nothing either.
 
@@ -99,11 +103,20 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
     from experiments.runner import run
     from experiments.tracking import SweepTracker
 
+    all_configs = list(configs)
     experiment = experiment or (configs[0].tracking.experiment if configs else "ovq-cl")
     results, failures = [], []
     started = time.perf_counter()
-    with SweepTracker(experiment, name, tracking_uri or (configs[0].tracking.tracking_uri if configs else None)) as parent:
-        parent.set_tags({"n_runs": len(configs)})
+    json_path = os.path.join(out, f"{name}.json") if out else None
+    # the run identities of this sweep (resolved: a record's config_id is its resolved config's), so that the
+    # JSON keeps the records of another process's runs of it; and the runs the JSON already records with
+    # this code version are finished: on a machine without the store or checkpoints (a fresh clone of the
+    # results) they are read back, not run again
+    ours, from_records = _identities_and_records(configs, json_path, rerun, announce) if out else (set(), {})
+    found = [from_records[i] for i in sorted(from_records)]
+    configs = [c for i, c in enumerate(configs) if i not in from_records]
+    with SweepTracker(experiment, name, tracking_uri or (all_configs[0].tracking.tracking_uri if all_configs else None)) as parent:
+        parent.set_tags({"n_runs": len(all_configs)})
         if grid:
             parent.log_config({"grid": {k: list(v) for k, v in grid.items()}}, filename="grid.yaml")
         if backend == "ray":
@@ -114,7 +127,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             results, failures = run_on_ray(
                 configs, parent.run_id, rerun=rerun, announce=announce, address=ray_address, cpus=trial_cpus,
                 quiet=quiet,
-                gpus=trial_gpus, on_result=(lambda done: _write_records(done, os.path.join(out, f"{name}.json"), configs))
+                gpus=trial_gpus, on_result=(lambda done: _write_records(found + done, json_path, ours))
                 if out else None)
         for n, cfg in enumerate(configs if backend == "serial" else [], 1):
             cfg.tracking.experiment = experiment
@@ -122,7 +135,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             try:
                 results.append(run(cfg, parent_run_id=parent.run_id, rerun=rerun, announce=announce))
                 if out:                 # the records so far: a sweep killed later keeps what it finished
-                    _write_records(results, os.path.join(out, f"{name}.json"), configs)
+                    _write_records(found + results, json_path, ours)
             except RunInUse as err:   # another process runs it: skipped here, said in one line
                 failures.append((cfg.label(), f"skipped: {err}"))
                 outcome = "SKIPPED (in use by another process)"
@@ -133,7 +146,8 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             spent = time.perf_counter() - started
             announce(f"[{n}/{len(configs)}] {cfg.label()} {outcome}"
                      f"; {spent:.0f} s so far, about {spent / n * (len(configs) - n):.0f} s left")
-        parent.set_tags({"n_failed": len(failures)})
+        results = found + results
+        parent.set_tags({"n_failed": len(failures), "n_from_records": len(found)})
         if out and results:
             os.makedirs(out, exist_ok=True)
             records = [compare.record_from_result(r) for r in results]
@@ -142,7 +156,7 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             text = compare.table(results)
             with open(paths["table"], "w") as fh:
                 fh.write(text + "\n")
-            _write_records(results, paths["json"], configs)
+            _write_records(results, paths["json"], ours)
             compare.curves_plot(records, paths["plot"], name)
             for path in paths.values():
                 parent.client.log_artifact(parent.run_id, path)
@@ -195,11 +209,41 @@ def _result_of(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in ("run_id", "artifact_uri", "wall_seconds", "provenance")}
 
 
-def _write_records(results, path: str, configs=()) -> None:
+def _identities_and_records(configs, path: str, rerun: bool, announce):
+    """(the resolved run identities of ``configs``, {index: RunResult} of the configs whose finished run
+    the records at ``path`` hold with this code version; none with ``rerun``). A config that does not
+    resolve is left to its run, which says why in its own failure."""
+    from experiments.run_result import RecordedResult
+    from experiments.runner import resolve
+
+    recorded = {}
+    if not rerun and os.path.exists(path):
+        try:
+            with open(path) as fh:
+                recorded = {(d.get("config_id"), d.get("code_version")): d for d in json.load(fh) if isinstance(d, dict)}
+        except (OSError, ValueError):       # a file this code did not write: rewritten from the runs
+            recorded = {}
+    ours, found = set(), {}
+    for i, cfg in enumerate(configs):
+        try:
+            resolved = resolve(cfg)
+        except Exception:
+            continue
+        ours.add(resolved.config.identity())
+        d = recorded.get((resolved.config.identity(), resolved.code_version))
+        if d is not None:
+            found[i] = RecordedResult.from_stored(resolved.config, d)
+            announce(f"ovq-cl: {cfg.label()}: finished run {d.get('run_id')} read from its record in {path} (this config "
+                     "and code version); pass --rerun to run again")
+    return ours, found
+
+
+def _write_records(results, path: str, ours=()) -> None:
     """The run records as JSON, written atomically (a reader never sees half a file).
 
     Two processes may share a sweep (each skips the runs the other holds, :class:`RunInUse`): records
-    already in the file whose run identity is one of ``configs`` and not among ``results`` are another
+    already in the file whose run identity is in ``ours`` (the sweep's resolved identities) and not among
+    ``results`` are another
     process's runs of this sweep, and are kept; the read-merge-write holds a file lock so that two
     writers do not drop each other's records. Records of configurations no longer in the sweep are
     dropped, as before."""
@@ -210,7 +254,7 @@ def _write_records(results, path: str, configs=()) -> None:
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     new = [r.record() for r in results]
-    ours = {cfg.identity() for cfg in configs}
+    ours = set(ours)
     with FileLock(f"{path}.lock"):
         kept = []
         if ours and os.path.exists(path):

@@ -166,13 +166,6 @@ def test_two_processes_on_one_sweep_keep_each_others_records(tmp_path):
 
     from experiments.sweep import _write_records
 
-    class Config:
-        def __init__(self, name):
-            self.name = name
-
-        def identity(self):
-            return self.name
-
     class Result:
         def __init__(self, name, value, code="v1"):
             self.name, self.value, self.code = name, value, code
@@ -183,13 +176,13 @@ def test_two_processes_on_one_sweep_keep_each_others_records(tmp_path):
     path = str(tmp_path / "out" / "s.json")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "s.json").write_text(json.dumps([{"config_id": "gone", "code_version": "v1", "value": 0}]))
-    configs = [Config(n) for n in ("a", "b", "c")]
-    _write_records([Result("a", 1)], path, configs)          # process 1 finished a
-    _write_records([Result("b", 2)], path, configs)          # process 2 finished b (it skipped a)
-    _write_records([Result("a", 1), Result("c", 3)], path, configs)   # process 1 finished c (it skipped b)
+    ours = {"a", "b", "c"}                                      # the sweep's run identities
+    _write_records([Result("a", 1)], path, ours)          # process 1 finished a
+    _write_records([Result("b", 2)], path, ours)          # process 2 finished b (it skipped a)
+    _write_records([Result("a", 1), Result("c", 3)], path, ours)   # process 1 finished c (it skipped b)
     records = json.loads(open(path).read())
     assert sorted((r["config_id"], r["value"]) for r in records) == [("a", 1), ("b", 2), ("c", 3)]
-    _write_records([Result("b", 5)], path, configs)          # b run again: its new record replaces the old
+    _write_records([Result("b", 5)], path, ours)          # b run again: its new record replaces the old
     assert sorted((r["config_id"], r["value"]) for r in json.loads(open(path).read())) == [("a", 1), ("b", 5), ("c", 3)]
 
 
@@ -242,3 +235,42 @@ def test_merge_puts_a_sweep_finished_in_pieces_back_into_one_file_each_run_once(
     assert out.read_text() == before
     assert main(["merge", str(tmp_path / "new.json"), str(piece)]) == 0
     assert [d["config_id"] for d in json.loads((tmp_path / "new.json").read_text())] == ["b", "c"]
+
+
+def test_a_fresh_machine_reads_finished_runs_back_from_the_sweeps_records(tmp_path, monkeypatch):
+    """Without the tracking store and the checkpoints (a fresh clone whose results/ is in git), a sweep
+    whose JSON records a run of the same resolved config and code version reads it back instead of
+    running it; the runs it lacks are run and added; the JSON keeps every record; --rerun runs them all."""
+    import json
+
+    import experiments.runner as runner
+
+    monkeypatch.chdir(tmp_path)
+
+    def base(machine):
+        return {**TINY, "tracking": {"tracking_uri": f"sqlite:///{tmp_path / machine / 'mlruns.db'}",
+                                     "experiment": "fresh"},
+                "checkpoint": {"dir": str(tmp_path / machine / "ckpt")},
+                "stream": {"name": "icr", "options": {**TINY["stream"]["options"], "n_experiences": 2}}}
+
+    for machine in ("old", "new"):
+        (tmp_path / machine).mkdir()
+    out = str(tmp_path / "results")
+    first, failures = run_sweep(expand(base("old"), [], {"seed": ["0", "1"]}), "piece", out=out)
+    assert not failures
+    before = json.loads((tmp_path / "results" / "piece.json").read_text())
+
+    real_run, ran = runner.run, []
+
+    def counting_run(cfg, **kwargs):
+        ran.append(cfg.seed)
+        return real_run(cfg, **kwargs)
+
+    monkeypatch.setattr(runner, "run", counting_run)
+    results, failures = run_sweep(expand(base("new"), [], {"seed": ["0", "1", "2"]}), "piece", out=out)
+    assert not failures and ran == [2]                        # seeds 0 and 1 read back from their records
+    after = json.loads((tmp_path / "results" / "piece.json").read_text())
+    assert [r["seed"] for r in after] == [0, 1, 2] and after[:2] == before
+    assert [r.record()["R"] for r in results[:2]] == [r.record()["R"] for r in first]
+    run_sweep(expand(base("new"), [], {"seed": ["0"]}), "piece", out=out, rerun=True)
+    assert ran == [2, 0]                                      # --rerun: run again, never read back
