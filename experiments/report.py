@@ -437,15 +437,34 @@ def _meta_rows(runs: List[compare.RunRecord], column: Optional[str] = None):
     return [(s, v) for s, v in sorted(by_step.items()) if len(v) == len(runs)], metric
 
 
+#: where a learning curve flattens: the first logged step by which a seed has made this share of its gain
+GAIN_SHARE = 0.95
+
+
+def _steps_to_gain_share(rows, sign: float, share: float = GAIN_SHARE) -> List[int]:
+    """Per run (the columns of :func:`_meta_rows`' rows): the first logged step at which the metric has made
+    ``share`` of its change from the first logged step to the last, in the better direction (``sign``);
+    the first step where the curve never gained."""
+    first, last = rows[0][1], rows[-1][1]
+    out = []
+    for i in range(len(first)):
+        gain = sign * (last[i] - first[i])
+        out.append(rows[0][0] if gain <= 0 else
+                   next(step for step, values in rows if sign * (values[i] - first[i]) >= share * gain))
+    return out
+
+
 def meta_training_table(records: List[compare.RunRecord]) -> str:
     """Per configuration: meta-training's steps, its metric on the last logged training batches (mean and
     range over seeds) and the change over the last quarter of the steps, in the better direction, with
     the plateau rule (``PLATEAU_GAIN``): "plateau" when every seed moved by less, else "still improving";
-    and, where the stream marks them, the metric at the end on the answers recalled from earlier episodes."""
+    per seed, the step by which it made ``GAIN_SHARE`` of its gain (where the curve flattened); and, where
+    the stream marks them, the metric at the end on the answers recalled from earlier episodes."""
     from strategies.evaluation.metrics import higher_is_better
 
     lines = ["| configuration | n | steps | metric at the end (mean, min-max) | change over the last quarter "
-             "(mean, max) | plateau? | on recalled answers at the end (mean, min-max) |", "|---|---|---|---|---|---|---|"]
+             f"(mean, max) | plateau? | {GAIN_SHARE:.0%} of its gain by step (per seed) | on recalled answers at the end "
+             "(mean, min-max) |", "|---|---|---|---|---|---|---|---|"]
     for key, runs in sorted(compare.group_records(records).items()):
         rows, metric = _meta_rows(runs)
         if len(rows) < 2:
@@ -458,9 +477,10 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
         recalled, _ = _meta_rows(runs, f"{metric}_recalled")
         end = recalled[-1][1] if recalled and recalled[-1][0] == last_step else None
         recalled_cell = f"{statistics.fmean(end):.3f} ({min(end):.3f}-{max(end):.3f})" if end else "-"
+        reached = ", ".join(str(step) for step in _steps_to_gain_share(rows, sign))
         lines.append(f"| {key} | {len(runs)} | {last_step} | {metric} {statistics.fmean(last):.3f} "
                      f"({min(last):.3f}-{max(last):.3f}) | {statistics.fmean(gains):+.3f} ({max(gains):+.3f}) | "
-                     f"{verdict} | {recalled_cell} |")
+                     f"{verdict} | {reached} | {recalled_cell} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
