@@ -81,21 +81,21 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
 
     The parent logs the grid as params and, with ``out``, the comparison table, the run records (JSON)
     and the forgetting-curve plot as artifacts (also written to ``out``); the JSON is rewritten after
-    every finished run, so a sweep killed midway leaves the records of the runs it finished. Finished identical runs are
-    reused, never re-parented (only the runs a sweep starts are its children), and so are the runs the
-    JSON of ``out`` already records with this config and code version (a machine without the store or
-    the checkpoints, e.g. a fresh clone, does not run them again; ``rerun`` runs them). Prints one line per run
-    with the time so far and an estimate of the time left. Returns (results, failures): the runs read
-    from records first, then the others, each in the order of ``configs`` whatever the backend. ``announce`` receives the messages (the CLI: stderr, or
-    nothing under ``--quiet``), ``show`` the comparison table (the CLI: stdout, quiet or not); ``quiet``: Ray's trials and start-up
-    say nothing either.
+    every finished run, so a sweep killed midway leaves the records of the runs it finished. Finished
+    identical runs are reused, never re-parented (only the runs a sweep starts are its children), and so
+    are the runs the JSON of ``out`` already records with this resolved config and code version (a
+    machine without the store or the checkpoints, e.g. a fresh clone, does not run them again;
+    ``rerun`` runs them). Prints one line per run with the time so far and an estimate of the time
+    left. Returns (results, failures): the runs read from records first, then the others, each in the
+    order of ``configs`` whatever the backend. ``announce`` receives the messages (the CLI: stderr, or
+    nothing under ``--quiet``), ``show`` the comparison table (the CLI: stdout, quiet or not);
+    ``quiet``: Ray's trials and start-up say nothing either.
 
     ``backend="ray"``: each config is a Ray task with ``trial_cpus`` CPUs and ``trial_gpus`` GPUs
     (:mod:`experiments.ray_backend`), run as a child of the same parent; a trial that fails or whose
     process dies is retried once, then reported as failed.
     """
     check_backend(backend, ray_address, trial_cpus, trial_gpus)
-    import os
     import time
 
     from experiments import compare
@@ -172,9 +172,6 @@ def merge_record_files(out: str, inputs: Sequence[str]) -> Tuple[int, int]:
     study lists. A run is one identity, its ``config_id`` with its ``code_version``: a repeat is kept once
     (the first), and a repeat whose results differ is refused with nothing written (two different results
     can't both be that run's). Returns (records written, repeats dropped)."""
-    import json
-    import os
-
     from filelock import FileLock
 
     merged, seen, dropped = [], {}, 0
@@ -210,9 +207,9 @@ def _result_of(record: dict) -> dict:
 
 
 def _identities_and_records(configs, path: str, rerun: bool, announce):
-    """(the resolved run identities of ``configs``, {index: RunResult} of the configs whose finished run
-    the records at ``path`` hold with this code version; none with ``rerun``). A config that does not
-    resolve is left to its run, which says why in its own failure."""
+    """(the resolved run identities of ``configs``, {index: RecordedResult} of the configs whose finished
+    run the records at ``path`` hold with this code version; none with ``rerun``). A config that does not
+    resolve here (e.g. a GPU only the Ray workers have) is left to its run, which says why if it fails."""
     from experiments.run_result import RecordedResult
     from experiments.runner import resolve
 
@@ -243,13 +240,9 @@ def _write_records(results, path: str, ours=()) -> None:
 
     Two processes may share a sweep (each skips the runs the other holds, :class:`RunInUse`): records
     already in the file whose run identity is in ``ours`` (the sweep's resolved identities) and not among
-    ``results`` are another
-    process's runs of this sweep, and are kept; the read-merge-write holds a file lock so that two
+    ``results`` are another process's runs of this sweep, and are kept; the read-merge-write holds a file lock so that two
     writers do not drop each other's records. Records of configurations no longer in the sweep are
     dropped, as before."""
-    import json
-    import os
-
     from filelock import FileLock
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
