@@ -139,14 +139,16 @@ def _longest_budgets(keys: Sequence[str], groups: Dict[str, List[compare.RunReco
 def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
                 kind: str = "other_region") -> List[RecipeRow]:
     """The rows of the answer: per value of ``by`` (the mixer), every configuration matching ``treatment``
-    against the one matching ``standard`` (patterns as :func:`experiments.compare.find_group`), Holm over
-    all rows' final-average tests. Mixers without a standard or a treatment are skipped."""
+    against the one matching ``standard`` (patterns as :func:`experiments.compare.find_group`), each read
+    at its longest budget (the budget rule), Holm over all rows' final-average tests. A mixer without one
+    standard or without a treatment has no rows (:func:`answer_table` names it)."""
     rows: List[RecipeRow] = []
     treatment_params: List[Dict[str, str]] = []
     mixers = sorted({r.params.get(by) for r in records if r.params.get(by) is not None})
     for mixer in mixers:
         groups = compare.group_records(r for r in records if r.params.get(by) == mixer)
-        standards = compare.matching_groups(groups, standard)
+        # the budget rule holds for the standard recipe too: a standard rerun longer is the one read
+        standards = _longest_budgets(compare.matching_groups(groups, standard), groups)
         if len(standards) != 1:
             continue
         treatments = set(_longest_budgets([k for k in compare.matching_groups(groups, treatment) if k != standards[0]],
@@ -173,6 +175,23 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
     for i, p in zip(tested, holm([rows[i].final.p_t for i in tested])):
         rows[i].p_holm = p
     return rows
+
+
+def mixers_without_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
+                        rows: Sequence[RecipeRow]) -> Dict[str, str]:
+    """{mixer: why it has no row}: no single standard configuration to pair against (none, or several
+    left after the budget rule), or no configuration of the treatment."""
+    out = {}
+    for mixer in sorted({r.params.get(by) for r in records if r.params.get(by) is not None}):
+        name = "+".join(compare._layers(mixer)) or mixer
+        if any(row.mixer == name for row in rows):
+            continue
+        groups = compare.group_records(r for r in records if r.params.get(by) == mixer)
+        standards = _longest_budgets(compare.matching_groups(groups, standard), groups)
+        treated = [k for k in compare.matching_groups(groups, treatment) if k not in standards]
+        out[name] = (f"{len(standards)} configurations match the standard `{standard}`, not one" if len(standards) != 1
+                     else "no run of a treatment yet" if not treated else "no seed shared with the standard")
+    return out
 
 
 def mixer_answers(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, str]]:
@@ -244,4 +263,6 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
         recipe = (f"; recipe for the confirmatory re-run: {recipes[mixer][0]} (final average "
                   f"{recipes[mixer][1]:+.3f} over the standard)" if mixer in recipes else "")
         lines.append(f"- **{mixer}**: " + (f"{ANSWERS[letter]} (decided by {where})" if letter else "pending") + recipe)
+    for mixer, why in mixers_without_rows(records, by, standard, treatment, rows).items():
+        lines.append(f"- **{mixer}**: no answer: {why}")
     return "\n".join(lines)

@@ -145,3 +145,25 @@ def test_an_answer_rule_is_checked_when_the_study_is_read(tmp_path):
 def test_the_study_declares_the_rule_it_applies():
     spec = study_specs.load_study("why_forget")
     assert spec.answer == "training_or_rule" and "meta_sequence_episodes=32" in spec.answer_treatment
+
+
+def test_a_standard_rerun_at_a_larger_budget_is_the_one_paired_against_and_no_mixer_vanishes():
+    """The budget rule holds for the standard recipe too (it was still improving at 400 steps): its
+    2,000-step rerun is the baseline of the pairs; a mixer left with no single standard is named, not dropped."""
+    records = _pairs("ssm", [(0.2, 16)] * 3, [(0.8, 256), (0.82, 256), (0.85, 256)])
+    for r in records:
+        r.params["meta_train.steps"] = "400" if r.params["stream.options.meta_sequence_episodes"] == "4" else "1000"
+    for s, final in enumerate([0.5, 0.52, 0.49]):
+        r = _record("ssm", 4, s, final, 32)
+        r.params["meta_train.steps"] = "2000"
+        records.append(r)
+    rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
+    assert len(rows) == 1 and rows[0].final.mean_difference == pytest.approx((0.8 + 0.82 + 0.85 - 0.5 - 0.52 - 0.49) / 3)
+    assert rows[0].halves == [(32, 256)] * 3                       # the 2,000-step standard's half points
+    # two standards that differ in more than the budget: neither is the baseline, and the table says so
+    odd = _record("ssm", 4, 0, 0.3, 16)
+    odd.params["model.state_budget"] = "16960"
+    table = horizon_answer.answer_table(records + [odd] + _pairs("delta", [(0.4, 32)] * 3, [(0.7, None)] * 3),
+                                        "model.layers", STANDARD, LONG)
+    assert "- **ssm**: no answer: 2 configurations match the standard" in table
+    assert "| delta |" in table
