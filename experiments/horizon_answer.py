@@ -136,6 +136,12 @@ def _longest_budgets(keys: Sequence[str], groups: Dict[str, List[compare.RunReco
     return compare.longest_budget_keys(keys, groups, STEPS)
 
 
+def _standards(groups: Dict[str, List[compare.RunRecord]], standard: str) -> List[str]:
+    """The configurations matching ``standard``, each at its longest budget: the budget rule holds for the
+    standard recipe too (a standard rerun longer is the one read). One key where the pairing is defined."""
+    return _longest_budgets(compare.matching_groups(groups, standard), groups)
+
+
 def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
                 kind: str = "other_region") -> List[RecipeRow]:
     """The rows of the answer: per value of ``by`` (the mixer), every configuration matching ``treatment``
@@ -147,8 +153,7 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
     mixers = sorted({r.params.get(by) for r in records if r.params.get(by) is not None})
     for mixer in mixers:
         groups = compare.group_records(r for r in records if r.params.get(by) == mixer)
-        # the budget rule holds for the standard recipe too: a standard rerun longer is the one read
-        standards = _longest_budgets(compare.matching_groups(groups, standard), groups)
+        standards = _standards(groups, standard)
         if len(standards) != 1:
             continue
         treatments = set(_longest_budgets([k for k in compare.matching_groups(groups, treatment) if k != standards[0]],
@@ -187,7 +192,7 @@ def mixers_without_rows(records: Sequence[compare.RunRecord], by: str, standard:
         if any(row.mixer == name for row in rows):
             continue
         groups = compare.group_records(r for r in records if r.params.get(by) == mixer)
-        standards = _longest_budgets(compare.matching_groups(groups, standard), groups)
+        standards = _standards(groups, standard)
         treated = [k for k in compare.matching_groups(groups, treatment) if k not in standards]
         out[name] = (f"{len(standards)} configurations match the standard `{standard}`, not one" if len(standards) != 1
                      else "no run of a treatment yet" if not treated else "no seed shared with the standard")
