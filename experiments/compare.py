@@ -819,7 +819,9 @@ class VerdictRow:
     def primary_verdict(self) -> str:
         """The verdict on the primary endpoint, by the family-adjusted p when the report set it."""
         c = self.primary
-        if c is None or c.n < 2 or math.isnan(c.p_t):
+        if c is not None and c.n >= 2 and math.isnan(c.p_t):
+            return NO_T_TEST
+        if c is None or c.n < 2:
             return "too few pairs" if c is not None and c.n else "no shared seeds"
         p = c.p_t if math.isnan(self.p_primary_adjusted) else self.p_primary_adjusted
         few = "" if c.n >= 5 else f" ({c.n} seeds, fewer than 5)"
@@ -839,13 +841,20 @@ class VerdictRow:
             if other == 0 and ovq > 0:
                 return f"not comparable: {self.other.split(' ')[0]} did not learn (0/{n}; OVQ {ovq}/{n})"
             return "not comparable: neither learned" if n else "not comparable: no shared seeds"
-        if self.n_pairs < 2 or math.isnan(f.p_t):
+        if self.n_pairs < 2:
             return "too few pairs"
+        if math.isnan(f.p_t):
+            return NO_T_TEST
         few = "" if self.n_pairs >= 5 else f" ({self.n_pairs} seeds, fewer than 5)"
         p = f.p_t if math.isnan(self.p_forgetting_adjusted) else self.p_forgetting_adjusted
         if p < 0.05:
             return ("OVQ forgets less" if f.mean_difference > 0 else "**OVQ forgets more**") + few
         return "no difference detected" + few
+
+
+#: the verdict where the pairs exist but the t-test is not made: every pair differs by the same amount
+#: (zero variance; ``intervals.paired_comparison``), which the test would call certain
+NO_T_TEST = "no t-test (every pair differs by the same amount)"
 
 
 def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow]:

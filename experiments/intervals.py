@@ -82,7 +82,11 @@ class PairedComparison:
 def paired_comparison(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> PairedComparison:
     """Paired comparison of two equally long sequences (replicate k of a pairs with replicate k of b);
     pairs where either value is missing are dropped. Tests are two-sided; NaN where undefined (n < 2,
-    or every difference zero for Wilcoxon and d_z)."""
+    or every difference zero for Wilcoxon and d_z; every difference *equal* for the t-test and d_z).
+
+    Equal nonzero differences (which scores on a grid of 1/512 make happen with few seeds) have zero
+    variance: the t statistic is infinite and scipy would answer p = 0, a certainty two or three seeds
+    cannot give. That test is not made (NaN, so Holm leaves it out of its family); Wilcoxon still is."""
     if len(a) != len(b):
         raise ValueError(f"paired_comparison: {len(a)} values against {len(b)}")
     pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None and not math.isnan(x) and not math.isnan(y)]
@@ -96,7 +100,11 @@ def paired_comparison(a: Sequence[float], b: Sequence[float], level: float = 0.9
     xa, xb = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
     if np.all(d == 0):
         return PairedComparison(n, 0.0, 0.0, 0.0, math.nan, 1.0, math.nan, 1.0, math.nan)
-    t = stats.ttest_rel(xa, xb)
+    if np.all(np.abs(d - d[0]) <= 1e-12 * max(1.0, abs(float(d[0])))):
+        t_stat, t_p = math.nan, math.nan             # zero variance: no t-test (see the docstring)
+    else:
+        t = stats.ttest_rel(xa, xb)
+        t_stat, t_p = float(t.statistic), float(t.pvalue)
     try:
         # exact when scipy can (no zero differences, no ties); it says which it used otherwise
         w = stats.wilcoxon(xa, xb, method="exact" if len(set(np.abs(d))) == n and np.all(d != 0) else "auto")
@@ -105,8 +113,8 @@ def paired_comparison(a: Sequence[float], b: Sequence[float], level: float = 0.9
         w_stat, w_p = math.nan, math.nan
     sd = float(d.std(ddof=1))
     low, high = bootstrap_interval(d, level)
-    return PairedComparison(n, ci.mean, ci.low, ci.high, float(t.statistic), float(t.pvalue), w_stat, w_p,
-                            ci.mean / sd if sd > 0 else math.nan, low, high)
+    return PairedComparison(n, ci.mean, ci.low, ci.high, t_stat, t_p, w_stat, w_p,
+                            ci.mean / sd if math.isfinite(t_stat) else math.nan, low, high)
 
 
 #: resamples of the bootstrap interval, and its seed (the same numbers on every run of the report)

@@ -23,7 +23,7 @@ def _memory(layers, seed, R):
 def _ovq(seed):
     """Learns every experience (0.9) and forgets part of the older ones (0.6 at the end)."""
     e = 0.01 * seed
-    return _memory("ovq", seed, [[0.9, 0.1, 0.1], [0.7 + e, 0.9, 0.1], [0.6 + e, 0.6 - e, 0.9]])
+    return _memory("ovq", seed, [[0.9, 0.1, 0.1], [0.7 + e, 0.9, 0.1], [0.6 + 2 * e, 0.6 - e, 0.9]])
 
 
 def _write_once(seed):
@@ -193,3 +193,15 @@ def test_vq_codebook_is_counted_as_shared_memory_and_learned_buffers_beside_para
     assert n_learned_buffers(model) == H * S * Dk * 2 + H * S               # codebook, EMA sums and counts
     params = flatten_config(run_config(user))
     assert compare.derived_memory(params) == ([H * S * Dk * 4, 0], H * S * Dk * 2 + H * S)
+
+
+def test_equal_nonzero_differences_make_no_t_test_rather_than_p_zero():
+    # two seeds whose scores (multiples of 1/512) differ by exactly the same amount: zero variance
+    c = paired_comparison([0.845703125, 0.822265625], [0.201171875, 0.177734375])
+    assert c.mean_difference == pytest.approx(0.64453125)
+    assert math.isnan(c.p_t) and math.isnan(c.t_statistic) and math.isnan(c.effect_size_dz)
+    assert c.p_wilcoxon == pytest.approx(0.5)                # the rank test still answers, honestly
+    assert math.isnan(holm([c.p_t, 0.01])[0]) and holm([c.p_t, 0.01])[1] == pytest.approx(0.01)
+    # one differing pair is enough for the t-test again
+    d = paired_comparison([0.845703125, 0.822265625, 0.9], [0.201171875, 0.177734375, 0.2])
+    assert 0 < d.p_t < 1 and math.isfinite(d.effect_size_dz)
