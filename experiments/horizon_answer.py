@@ -242,14 +242,21 @@ def _halves_cell(halves: Sequence[Tuple[float, float]], ladder_end: str) -> str:
 
 
 def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
-                 kind: str = "other_region") -> str:
-    """The declared rule's table (one row per mixer and treatment) and one line per mixer with its answer."""
+                 kind: str = "other_region", unwritten: Sequence[str] = ()) -> str:
+    """The declared rule's table (one row per mixer and treatment) and one line per mixer with its answer.
+
+    ``unwritten``: the study's declared result files not written yet. Their runs may be the budget rule's
+    longer reruns, which replace rows here, so while any is missing the table says it is provisional and
+    so does every recipe line (a recipe read too early would be copied into a declared study)."""
     rows = recipe_rows(records, by, standard, treatment, kind)
     if not rows:
         return ""
     ends = sorted({p["items"] for r in records for p in ((r.interference or {}).get("curves") or {}).get(kind, [])})
     ladder_end = f">{ends[-1]}" if ends else "beyond"
-    lines = [f"| mixer | treatment | n pairs | skill on recalled answers (min over seeds) | gates passed | {kind} half "
+    lines = ([f"**Provisional**: declared results not written yet ({', '.join(unwritten)}): under the budget "
+              "rule their longer runs replace rows of this table, so a row, an answer or a recipe below may still "
+              "change.", ""] if unwritten else [])
+    lines += [f"| mixer | treatment | n pairs | skill on recalled answers (min over seeds) | gates passed | {kind} half "
              "point per seed (standard→treatment) | final average, treatment - standard [95% CI] | p Holm | answer |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -265,7 +272,7 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
     lines.append("")
     recipes = confirm_recipes(rows)
     for mixer, (letter, where) in mixer_answers(rows).items():
-        recipe = (f"; recipe for the confirmatory re-run: {recipes[mixer][0]} (final average "
+        recipe = (f"; {'provisional ' if unwritten else ''}recipe for the confirmatory re-run: {recipes[mixer][0]} (final average "
                   f"{recipes[mixer][1]:+.3f} over the standard)" if mixer in recipes else "")
         lines.append(f"- **{mixer}**: " + (f"{ANSWERS[letter]} (decided by {where})" if letter else "pending") + recipe)
     for mixer, why in mixers_without_rows(records, by, standard, treatment, rows).items():

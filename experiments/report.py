@@ -790,7 +790,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                   "test, Holm over the rules):", "", table or "(no pairs yet)", ""]
     elif spec.answer:
         from experiments import horizon_answer
-        table = horizon_answer.answer_table(records, spec.within, spec.within_baseline, spec.answer_treatment)
+        missing = [f for f in spec.results if not os.path.exists(os.path.join(root or PROJECT_DIR, f))]
+        table = horizon_answer.answer_table(records, spec.within, spec.within_baseline, spec.answer_treatment,
+                                            unwritten=missing)
         parts += [f"The declared answer (`{spec.answer}`, applied by `experiments/horizon_answer.py`: per mixer, each "
                   f"configuration matching `{spec.answer_treatment}` against `{spec.within_baseline}`, paired over seeds, "
                   "Holm over the rows):", "", table or "(no pairs yet)", ""]

@@ -167,3 +167,14 @@ def test_a_standard_rerun_at_a_larger_budget_is_the_one_paired_against_and_no_mi
                                         "model.layers", STANDARD, LONG)
     assert "- **ssm**: no answer: 2 configurations match the standard" in table
     assert "| delta |" in table
+
+
+def test_while_a_declared_rerun_is_unwritten_the_answer_and_its_recipes_are_provisional():
+    records = _pairs("delta", [(0.4, 32)] * 3, [(0.7, None), (0.72, None), (0.75, None)])
+    final = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
+    assert "Provisional" not in final and "; recipe for the confirmatory re-run: " in final
+    early = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG, unwritten=["results/longer.json"])
+    assert early.startswith("**Provisional**: declared results not written yet (results/longer.json)")
+    assert "; provisional recipe for the confirmatory re-run: " in early
+    # the rows themselves are the same: only what they may become is said
+    assert early.split("\n", 2)[2] == final.replace("; recipe", "; provisional recipe")
