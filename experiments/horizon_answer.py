@@ -245,7 +245,7 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
                  kind: str = "other_region", unwritten: Sequence[str] = ()) -> str:
     """The declared rule's table (one row per mixer and treatment) and one line per mixer with its answer.
 
-    ``unwritten``: the study's declared result files not written yet. Their runs may be the budget rule's
+    ``unwritten``: the study's declared sweeps not finished yet. Their runs may be the budget rule's
     longer reruns, which replace rows here, so while any is missing the table says it is provisional and
     so does every recipe line (a recipe read too early would be copied into a declared study)."""
     rows = recipe_rows(records, by, standard, treatment, kind)
@@ -253,7 +253,7 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
         return ""
     ends = sorted({p["items"] for r in records for p in ((r.interference or {}).get("curves") or {}).get(kind, [])})
     ladder_end = f">{ends[-1]}" if ends else "beyond"
-    lines = ([f"**Provisional**: declared results not written yet ({', '.join(unwritten)}): under the budget "
+    lines = ([f"**Provisional**: declared sweeps not finished yet ({', '.join(unwritten)}): under the budget "
               "rule their longer runs replace rows of this table, so a row, an answer or a recipe below may still "
               "change.", ""] if unwritten else [])
     lines += [f"| mixer | treatment | n pairs | skill on recalled answers (min over seeds) | gates passed | {kind} half "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import statistics
 import textwrap
 from collections import Counter
@@ -790,9 +791,8 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                   "test, Holm over the rules):", "", table or "(no pairs yet)", ""]
     elif spec.answer:
         from experiments import horizon_answer
-        missing = [f for f in spec.results if not os.path.exists(os.path.join(root or PROJECT_DIR, f))]
         table = horizon_answer.answer_table(records, spec.within, spec.within_baseline, spec.answer_treatment,
-                                            unwritten=missing)
+                                            unwritten=unfinished_sweeps(spec, root or PROJECT_DIR))
         parts += [f"The declared answer (`{spec.answer}`, applied by `experiments/horizon_answer.py`: per mixer, each "
                   f"configuration matching `{spec.answer_treatment}` against `{spec.within_baseline}`, paired over seeds, "
                   "Holm over the rows):", "", table or "(no pairs yet)", ""]
@@ -800,6 +800,32 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     if spec.findings.strip():
         parts += ["Findings:", "", spec.findings.strip(), ""]
     return "\n".join(parts)
+
+
+def unfinished_sweeps(spec, root: str) -> List[str]:
+    """The study's declared sweeps whose result file holds fewer records than the sweep's grid has runs
+    (not started, or some runs still to come): "results/x.json (2 of 6 runs)". A file written as runs
+    finish exists long before its sweep is done, so whether it exists says too little."""
+    from experiments.sweep import parse_grid
+
+    out = []
+    for command in spec.commands:
+        argv = shlex.split(command)
+        if argv[:2] != ["ovq-cl", "sweep"] or "--out" not in argv or "--name" not in argv:
+            continue
+        grids = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--grid"]
+        expected = 1
+        for values in parse_grid(grids).values():
+            expected *= len(values)
+        path = os.path.join(argv[argv.index("--out") + 1], argv[argv.index("--name") + 1] + ".json")
+        try:
+            with open(os.path.join(root, path)) as f:
+                have = len(json.load(f))
+        except FileNotFoundError:
+            have = 0
+        if have < expected:
+            out.append(f"{path} ({have} of {expected} runs)")
+    return out
 
 
 VERDICT_FILE = os.path.join(os.path.dirname(__file__), "verdict.yaml")

@@ -1,4 +1,6 @@
 """Study 17's declared answer rule (experiments/horizon_answer.py): known answers on hand-made records."""
+import json
+
 import pytest
 
 from experiments import compare, horizon_answer, study_specs
@@ -174,7 +176,22 @@ def test_while_a_declared_rerun_is_unwritten_the_answer_and_its_recipes_are_prov
     final = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
     assert "Provisional" not in final and "; recipe for the confirmatory re-run: " in final
     early = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG, unwritten=["results/longer.json"])
-    assert early.startswith("**Provisional**: declared results not written yet (results/longer.json)")
+    assert early.startswith("**Provisional**: declared sweeps not finished yet (results/longer.json)")
     assert "; provisional recipe for the confirmatory re-run: " in early
     # the rows themselves are the same: only what they may become is said
     assert early.split("\n", 2)[2] == final.replace("; recipe", "; provisional recipe")
+
+
+def test_a_sweep_is_unfinished_until_its_file_holds_every_run_of_its_grid(tmp_path):
+    from experiments import report
+
+    class Spec:
+        commands = ["ovq-cl sweep c.yaml --grid 'seed=0;1;2' --grid 'model.layers=[delta];[ovq]' --name longer --out results",
+                    "ovq-cl sweep c.yaml meta_train.steps=2000 --name one --out results"]
+    (tmp_path / "results").mkdir()
+    assert report.unfinished_sweeps(Spec, str(tmp_path)) == ["results/longer.json (0 of 6 runs)", "results/one.json (0 of 1 runs)"]
+    (tmp_path / "results" / "longer.json").write_text(json.dumps([{"label": "x"}] * 2))
+    (tmp_path / "results" / "one.json").write_text(json.dumps([{"label": "y"}]))
+    assert report.unfinished_sweeps(Spec, str(tmp_path)) == ["results/longer.json (2 of 6 runs)"]
+    (tmp_path / "results" / "longer.json").write_text(json.dumps([{"label": "x"}] * 6))
+    assert report.unfinished_sweeps(Spec, str(tmp_path)) == []
