@@ -6,7 +6,8 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
 
 - ``more``: ours scores better than each of ``against`` on the endpoint (paired over the seeds of model
   and data, Holm over the claim's comparisons): "yes" where the adjusted p < 0.05 in the claimed
-  direction, "opposite" where it is < 0.05 the other way, "no difference" otherwise;
+  direction, "opposite" where it is < 0.05 the other way, "no difference" otherwise, and "no t-test" where
+  every pair differs by the same nonzero amount (zero variance: no t-test is made, nor counted by Holm);
 - ``as_much``: ours matches each of ``against``: "yes" where the 95% interval of the paired difference
   lies inside +-``margin`` (in the endpoint's units), else "no";
 - ``fails_to_learn``: every run of each of ``against`` fails the learned gates while some run of ours
@@ -74,7 +75,7 @@ class Claim:
 class ClaimResult:
     claim: Claim
     cells: List[str]                            # one per comparison: "vs X: ..." with its answer
-    answers: List[str]                          # "yes", "no", "no difference", "opposite", "refused"
+    answers: List[str]                          # "yes", "no", "no difference", "opposite", "no t-test", "refused"
     verdict: str
 
 
@@ -225,7 +226,14 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
         adjusted = holm([c.p_t for _, (_, c) in tested]) if tested else []
         for (i, (name, c)), p in zip(tested, adjusted):
             better = c.mean_difference > 0 if higher else c.mean_difference < 0
-            answers[i] = ("yes" if better else "opposite") if p == p and p < 0.05 else "no difference"
+            if math.isnan(p):
+                # every pair differs by the same nonzero amount: no t-test is made (see paired_comparison),
+                # and a difference whose spread is unknown is neither a "yes" nor "no difference"
+                answers[i] = "no t-test"
+                cells[i] = (f"vs {name}: every one of {c.n} pairs differs by {c.mean_difference:+.3f}: no t-test "
+                            f"(zero variance)")
+                continue
+            answers[i] = ("yes" if better else "opposite") if p < 0.05 else "no difference"
             cells[i] = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], Holm p {p:.2g}, "
                         f"{c.n} pairs: {answers[i]}")
     elif claim.kind == "as_much":
