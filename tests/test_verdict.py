@@ -45,6 +45,17 @@ def test_holm_and_bh_equal_a_hand_computation():
     assert holm([0.2]) == [0.2] and holm([]) == []
 
 
+def test_holm_ignores_untested_entries_wherever_they_stand():
+    # NaN (or None) in the middle once scrambled the sort: holm([0.03, nan, 0.01]) gave [0.06, nan, 0.06]
+    assert holm([0.03, math.nan, 0.01])[::2] == pytest.approx([0.03, 0.02])
+    tested = [0.5, 0.01, 0.02, 0.001]
+    expected = holm(tested)
+    for spread in ([0.5, math.nan, 0.01, 0.02, None, 0.001], [math.nan, 0.5, 0.01, math.nan, 0.02, 0.001, None]):
+        got = holm(spread)
+        assert [g for g, p in zip(got, spread) if p is not None and p == p] == pytest.approx(expected)
+        assert all(math.isnan(g) for g, p in zip(got, spread) if p is None or p != p)
+
+
 def test_five_seeds_cannot_reach_5_percent_with_an_exact_wilcoxon_test():
     c = paired_comparison([1.0, 2.0, 3.0, 4.0, 5.0], [0.0, 0.1, 0.2, 0.3, 0.4])
     assert c.p_wilcoxon == pytest.approx(2 / 2 ** 5) and c.p_t < 0.05
