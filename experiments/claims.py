@@ -7,15 +7,17 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
 - ``more``: ours scores better than each of ``against`` on the endpoint (paired over the seeds of model
   and data, Holm over the claim's comparisons): "yes" where the adjusted p < 0.05 in the claimed
   direction, "opposite" where it is < 0.05 the other way, "no difference" otherwise, and "no t-test" where
-  every pair differs by the same nonzero amount (zero variance: no t-test is made, nor counted by Holm);
+  every pair differs by the same nonzero amount (zero variance: no t-test is made; it still counts in the
+  claim's Holm family, as p = 1, since the family is declared);
 - ``as_much``: ours matches each of ``against``: "yes" where the 95% interval of the paired difference
-  lies inside +-``margin`` (in the endpoint's units), else "no";
+  lies inside +-``margin`` (in the endpoint's units), else "no"; "no t-test" where every pair differs by
+  the same nonzero amount (a zero-width interval says nothing about the spread);
 - ``fails_to_learn``: every run of each of ``against`` fails the learned gates while some run of ours
   passes them ("yes"), else "no";
 - ``untestable``: a sentence saying why this project cannot test it (yet).
 
 A claim is **reproduced** when every comparison says "yes", **partly** (k of n) when some do, **not
-reproduced** when none does. Runs of different code versions are never paired here.
+reproduced** when none does, and **undecided** while a comparison has "no t-test". Runs of different code versions are never paired here.
 
 The endpoint is one of:
 
@@ -223,10 +225,12 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
         answers.append("")
     if claim.kind == "more":
         tested = [(i, c) for i, c in enumerate(comparisons) if c is not None]
-        adjusted = holm([c.p_t for _, (_, c) in tested]) if tested else []
+        # the claim's family is declared: a comparison without a t-test still counts in it (as p = 1), so
+        # that the data cannot shrink the family and turn another comparison's "no difference" into "yes"
+        adjusted = holm([1.0 if math.isnan(c.p_t) else c.p_t for _, (_, c) in tested]) if tested else []
         for (i, (name, c)), p in zip(tested, adjusted):
             better = c.mean_difference > 0 if higher else c.mean_difference < 0
-            if math.isnan(p):
+            if math.isnan(c.p_t):
                 # every pair differs by the same nonzero amount: no t-test is made (see paired_comparison),
                 # and a difference whose spread is unknown is neither a "yes" nor "no difference"
                 answers[i] = "no t-test"
@@ -241,6 +245,13 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
             if item is None:
                 continue
             name, c = item
+            if c.n >= 2 and c.low == c.high and c.mean_difference != 0:
+                # a zero-width interval from pairs that all differ by the same amount is not evidence of
+                # a small difference: it is too few seeds to see the spread
+                answers[i] = "no t-test"
+                cells[i] = (f"vs {name}: every one of {c.n} pairs differs by {c.mean_difference:+.3f}: no interval "
+                            f"(zero variance; margin +-{claim.margin:g})")
+                continue
             inside = c.n >= 2 and -claim.margin <= c.low and c.high <= claim.margin
             answers[i] = "yes" if inside else "no"
             cells[i] = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] (margin "
@@ -258,6 +269,10 @@ def evaluate(claim: Claim, root: str) -> ClaimResult:
     if n and all(a in ("not measured", "no runs", "too few pairs") for a in answers):
         return ClaimResult(claim, cells, answers, "too few pairs" if "too few pairs" in answers
                            else f"not measured ({claim.endpoint})")
+    untested = sum(a == "no t-test" for a in answers)
+    if untested:
+        return ClaimResult(claim, cells, answers, f"undecided ({untested} of {n} comparisons without a test: every "
+                           "pair differs by the same amount)")
     verdict = "reproduced" if n and k == n else (f"partly ({k} of {n})" if k else "not reproduced")
     return ClaimResult(claim, cells, answers, verdict)
 

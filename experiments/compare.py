@@ -626,7 +626,7 @@ def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
              "(bits per byte) [95% CI] | paired t p | p Holm | Wilcoxon p |", "|---|---|---|---|---|---|---|---|"]
     for (key, domain, where, c), p in zip(rows, adjusted):
         lines.append(f"| {key} | {domain} | {where} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
-                     f"{c.p_t:.2g} | {p:.2g} | {c.p_wilcoxon:.2g} |")
+                     f"{_g(c.p_t)} | {_g(p)} | {_g(c.p_wilcoxon)} |")
     return "\n".join(lines)
 
 
@@ -841,7 +841,7 @@ class VerdictRow:
             if other == 0 and ovq > 0:
                 return f"not comparable: {self.other.split(' ')[0]} did not learn (0/{n}; OVQ {ovq}/{n})"
             return "not comparable: neither learned" if n else "not comparable: no shared seeds"
-        if self.n_pairs < 2:
+        if self.n_pairs < 2 or f.n < 2:          # pairs where both learned, but too few with the endpoint
             return "too few pairs"
         if math.isnan(f.p_t):
             return NO_T_TEST
@@ -935,6 +935,11 @@ def _describe(run: RunRecord, baseline: RunRecord) -> str:
 
 def _p(p: float) -> str:
     return "-" if math.isnan(p) else (f"{p:.1e}" if p < 1e-3 else f"{p:.3f}")
+
+
+def _g(p: float) -> str:
+    """A p-value in two significant digits, "-" where no test was made."""
+    return "-" if math.isnan(p) else f"{p:.2g}"
 
 
 def _f(x: float) -> str:

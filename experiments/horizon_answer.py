@@ -21,7 +21,9 @@ the replicates (seed of model and data) both ran:
 
 The answer per row: **(b)** "how it was trained" when it passes its gates, its half point moved and its
 final average is not below the standard's; **(a)** "the update rule" when it learns the long task and
-neither the half point moved nor the final average rose; **(c)** otherwise, with the reason. A mixer's
+neither the half point moved nor the final average rose; **(c)** otherwise, with the reason; **undecided**
+when every pair's final average differs by the same amount (no t-test can be made, so neither "not
+below" nor "did not rise" is known). A mixer's
 answer is (b) if some treatment gives (b), else (a) if some gives (a), else (c). A row is decided only
 when every replicate of the standard has its treatment pair ("pending" before). The budget rule: a
 treatment rerun with more meta-training steps (it was "still improving") replaces the shorter one.
@@ -87,6 +89,8 @@ class RecipeRow:
 
     @property
     def final_direction(self) -> str:
+        if self.final.n >= 2 and math.isnan(self.final.p_t) and self.final.mean_difference != 0:
+            return "no t-test"          # every pair differs by the same amount (paired_comparison makes none)
         if self.final.n < 2 or math.isnan(self.p_holm) or self.p_holm >= ALPHA:
             return "no difference"
         return "above" if self.final.mean_difference > 0 else "below"
@@ -97,6 +101,10 @@ class RecipeRow:
             return "", f"pending ({self.n_pairs} of {self.n_standard} pairs)"
         if self.nothing_to_move:
             return "c", "the standard recipe never halves within the ladder: nothing to move"
+        if self.final_direction == "no t-test":
+            # "not below" / "did not rise" are what the declared test says; with no test neither is known
+            return "?", ("undecided: every pair's final average differs by the same amount "
+                         f"({self.final.mean_difference:+.3f}), so the declared t-test cannot be made")
         if self.passes_gates and self.half_moved and self.final_direction != "below":
             return "b", "passes its gates, half point moved on every seed, final average not below"
         if self.learns_long_task and self.half_still and self.final_direction != "above":
@@ -200,13 +208,18 @@ def mixers_without_rows(records: Sequence[compare.RunRecord], by: str, standard:
 
 
 def mixer_answers(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, str]]:
-    """Per mixer: (letter, the treatment that decided it); ('', ...) while any of its rows is pending."""
+    """Per mixer: (letter, the treatment that decided it); ('', ...) while any of its rows is pending; ('?', ...)
+    when no row gives (b) and some row is undecided (no t-test), since that row might give (b) or (a)."""
     out: Dict[str, Tuple[str, str]] = {}
     for mixer in dict.fromkeys(row.mixer for row in rows):
         mine = [row for row in rows if row.mixer == mixer]
         letters = [(row.answer()[0], row.treatment) for row in mine]
         if any(not letter for letter, _ in letters):
             out[mixer] = ("", "pending")
+            continue
+        undecided = next((t for letter, t in letters if letter == "?"), None)
+        if undecided is not None and not any(letter == "b" for letter, _ in letters):
+            out[mixer] = ("?", undecided)
             continue
         for wanted in ("b", "a", "c"):
             hit = next((t for letter, t in letters if letter == wanted), None)
@@ -274,7 +287,9 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
     for mixer, (letter, where) in mixer_answers(rows).items():
         recipe = (f"; {'provisional ' if unwritten else ''}recipe for the confirmatory re-run: {recipes[mixer][0]} (final average "
                   f"{recipes[mixer][1]:+.3f} over the standard)" if mixer in recipes else "")
-        lines.append(f"- **{mixer}**: " + (f"{ANSWERS[letter]} (decided by {where})" if letter else "pending") + recipe)
+        said = ("pending" if not letter else f"undecided (no t-test for {where})" if letter == "?" else
+                f"{ANSWERS[letter]} ({'so far from' if unwritten else 'decided by'} {where})")
+        lines.append(f"- **{mixer}**: " + said + recipe)
     for mixer, why in mixers_without_rows(records, by, standard, treatment, rows).items():
         lines.append(f"- **{mixer}**: no answer: {why}")
     return "\n".join(lines)

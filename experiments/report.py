@@ -781,8 +781,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                       "difference = row - baseline):", "", table, ""]
     if spec.answer == "rule_on_every_stream":
         from experiments import rule_answer
-        missing = [f for f in spec.results if not os.path.exists(os.path.join(root or PROJECT_DIR, f))]
-        # a stream whose sweep has not started is not in the records at all: its missing file holds the decision
+        # a stream whose sweep has not started is not in the records at all, and one whose sweep is running
+        # has some of its runs: either holds the decision
+        missing = unfinished_sweeps(spec, root or PROJECT_DIR)
         table = rule_answer.rule_table(_partitions(records, spec.partition, spec.partition_default), spec.baseline,
                                        spec.answer_seeds, missing)
         parts += [f"The declared decision (`{spec.answer}`, applied by `experiments/rule_answer.py`: every rule "
@@ -803,28 +804,50 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
 
 
 def unfinished_sweeps(spec, root: str) -> List[str]:
-    """The study's declared sweeps whose result file holds fewer records than the sweep's grid has runs
-    (not started, or some runs still to come): "results/x.json (2 of 6 runs)". A file written as runs
-    finish exists long before its sweep is done, so whether it exists says too little."""
+    """The study's declared sweeps whose result file holds fewer runs than the sweep's grid has (not started,
+    or some runs still to come): "results/x.json (2 of 6 runs)"; and every declared result file that no
+    sweep of the study writes and that does not exist. A file written as runs finish exists long before
+    its sweep is done, so whether it exists says too little.
+
+    A sweep command is read by the CLI's own parser (``--grid=...``, defaults for ``--name`` and ``--out``).
+    Its runs are counted as distinct ``config_id``s of one code version (the version with the most): a
+    record merged twice is one run, and runs of another code version do not finish a sweep they cannot be
+    paired with. A file that cannot be read is said, not skipped. A sweep whose missing runs another declared
+    sweep makes (a session ended mid-sweep) is finished once those records are merged into its file
+    (``ovq-cl merge``), as the pieces of a sweep run in parallel are."""
+    from experiments.arguments import build_parser, parse_args
     from experiments.sweep import parse_grid
 
-    out = []
+    out, written = [], set()
+    parser = build_parser()
     for command in spec.commands:
         argv = shlex.split(command)
-        if argv[:2] != ["ovq-cl", "sweep"] or "--out" not in argv or "--name" not in argv:
+        if argv[:2] != ["ovq-cl", "sweep"]:
             continue
-        grids = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--grid"]
+        args = parse_args(parser, argv[1:])
         expected = 1
-        for values in parse_grid(grids).values():
+        for values in parse_grid(args.grid).values():
             expected *= len(values)
-        path = os.path.join(argv[argv.index("--out") + 1], argv[argv.index("--name") + 1] + ".json")
+        path = os.path.normpath(os.path.join(args.out, args.name + ".json"))
+        written.add(path)
         try:
             with open(os.path.join(root, path)) as f:
-                have = len(json.load(f))
+                records = json.load(f)
         except FileNotFoundError:
-            have = 0
+            records = []
+        except (OSError, ValueError) as e:
+            out.append(f"{path} (unreadable: {type(e).__name__})")
+            continue
+        per_version: Dict[str, set] = {}
+        for i, d in enumerate(records if isinstance(records, list) else []):
+            d = d if isinstance(d, dict) else {}
+            per_version.setdefault(str(d.get("code_version")), set()).add(d.get("config_id") or d.get("run_id") or i)
+        have = max((len(ids) for ids in per_version.values()), default=0)
         if have < expected:
             out.append(f"{path} ({have} of {expected} runs)")
+    for path in spec.results:
+        if os.path.normpath(path) not in written and not os.path.exists(os.path.join(root, path)):
+            out.append(f"{path} (not written)")
     return out
 
 

@@ -17,7 +17,8 @@ configuration. Per stream and rule, paired with the baseline over the seeds of m
   every stream's difference goes the good way (else 1); Holm over the rules. A rule that passes is the
   preset (the one with the smallest p when several do).
 
-The decision waits ("pending") until every rule has a comparison on every stream, each with
+A comparison whose pairs all differ by the same nonzero amount has no t-test ("no t-test"), and the decision
+is "undecided" while one has. The decision waits ("pending") until every rule has a comparison on every stream, each with
 ``answer_seeds`` pairs, and every result file of the study exists; a comparison whose runs come from
 different code versions is refused (never pooled), and holds the decision. A rule is the same rule
 across streams when its dictionary options agree (the keys that tell a stream's configurations apart,
@@ -56,9 +57,18 @@ class RuleCell:
         return not math.isnan(d) and (d > 0) == self.higher and d != 0
 
     @property
+    def untested(self) -> bool:
+        """Pairs enough for a test, but every one differs by the same nonzero amount: no t-test is made
+        (:func:`experiments.intervals.paired_comparison`), so neither "wins" nor "no difference" is known."""
+        c = self.comparison
+        return c.n >= 2 and math.isnan(c.p_t) and c.mean_difference != 0
+
+    @property
     def outcome(self) -> str:
         if self.versions > 1:
             return "refused (runs of different code versions)"
+        if self.untested:
+            return "no t-test (every pair differs by the same amount)"
         if self.comparison.n < 2 or math.isnan(self.p_holm) or self.p_holm >= ALPHA:
             return "no difference"
         return "wins" if self.good_direction else "loses"
@@ -136,6 +146,13 @@ def decision(cells: Sequence[RuleCell], streams: Sequence[str], seeds: int,
     absent = [s for s in streams if s not in missing and {c.rule for c in cells if c.stream == s} != set(rules)]
     short = [c for c in cells if c.comparison.n < seeds]
     mixed = [c for c in cells if c.versions > 1]
+    untested = [c for c in cells if c.versions == 1 and c.untested]
+    if untested:
+        # the intersection-union p is the largest stream p: with one stream untested it is unknown, and
+        # max() over a NaN would answer by the order of the streams
+        return (f"undecided ({len(untested)} comparison(s) have no t-test: every pair differs by the same "
+                "amount)" if not (unwritten or missing or absent or short or mixed) else
+                "pending (and " + f"{len(untested)} comparison(s) without a t-test so far)"), None
     if unwritten or missing or absent or short or mixed:
         why = (f"not written yet: {', '.join(unwritten)}" if unwritten else
                f"no baseline runs yet on {', '.join(missing)}" if missing else

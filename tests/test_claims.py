@@ -40,7 +40,8 @@ def test_more_says_yes_opposite_or_no_difference_after_holm(root):
 
 def test_more_makes_no_t_test_when_every_pair_differs_by_the_same_amount(tmp_path):
     # ovq beats ssm by exactly 0.25 on each of 3 seeds (zero variance): no t-test, so no Holm p to read; vq
-    # against the same ovq runs is an ordinary test, in a family of one (the untested comparison is not counted)
+    # against the same ovq runs is an ordinary test (raw p 0.0377) in the declared family of two, where the
+    # untested comparison counts as p = 1: 0.075, no difference (a family of one would have said "yes")
     runs = ([_run("ovq", s, 0.5 + 0.125 * s) for s in range(3)] + [_run("ssm", s, 0.25 + 0.125 * s) for s in range(3)]
             + [_run("vq", s, 0.375 + 0.125 * s + 0.0625 * (s % 2)) for s in range(3)])
     (tmp_path / "results").mkdir()
@@ -48,8 +49,13 @@ def test_more_makes_no_t_test_when_every_pair_differs_by_the_same_amount(tmp_pat
     result = evaluate(Claim("c", "t", against=["ssm", "vq"], results=["results/z.json"]), str(tmp_path))
     assert result.answers[0] == "no t-test" and "nan" not in result.cells[0]
     assert result.cells[0] == "vs ssm: every one of 3 pairs differs by +0.250: no t-test (zero variance)"
-    assert result.answers[1] in ("yes", "no difference") and "Holm p" in result.cells[1]
-    assert result.verdict != "reproduced"
+    assert result.answers[1] == "no difference" and "Holm p 0.075" in result.cells[1]
+    assert result.verdict == "undecided (1 of 2 comparisons without a test: every pair differs by the same amount)"
+    alone = evaluate(Claim("c", "t", against=["vq"], results=["results/z.json"]), str(tmp_path))
+    assert alone.answers == ["yes"] and "Holm p 0.038" in alone.cells[0]
+    # "as much": a zero-width interval from a constant difference is not inside any margin
+    same = evaluate(Claim("c", "t", kind="as_much", against=["ssm"], results=["results/z.json"], margin=0.5), str(tmp_path))
+    assert same.answers == ["no t-test"] and same.verdict.startswith("undecided")
 
 
 def test_as_much_needs_the_whole_interval_inside_the_margin(root):

@@ -179,7 +179,7 @@ def test_while_a_declared_rerun_is_unwritten_the_answer_and_its_recipes_are_prov
     assert early.startswith("**Provisional**: declared sweeps not finished yet (results/longer.json)")
     assert "; provisional recipe for the confirmatory re-run: " in early
     # the rows themselves are the same: only what they may become is said
-    assert early.split("\n", 2)[2] == final.replace("; recipe", "; provisional recipe")
+    assert early.split("\n", 2)[2] == final.replace("; recipe", "; provisional recipe").replace("(decided by", "(so far from")
 
 
 def test_a_sweep_is_unfinished_until_its_file_holds_every_run_of_its_grid(tmp_path):
@@ -188,10 +188,53 @@ def test_a_sweep_is_unfinished_until_its_file_holds_every_run_of_its_grid(tmp_pa
     class Spec:
         commands = ["ovq-cl sweep c.yaml --grid 'seed=0;1;2' --grid 'model.layers=[delta];[ovq]' --name longer --out results",
                     "ovq-cl sweep c.yaml meta_train.steps=2000 --name one --out results"]
+        results = ["results/longer.json", "results/one.json"]
+
+    def records(*ids, version="code-a"):
+        return json.dumps([{"config_id": i, "code_version": version} for i in ids])
+
     (tmp_path / "results").mkdir()
     assert report.unfinished_sweeps(Spec, str(tmp_path)) == ["results/longer.json (0 of 6 runs)", "results/one.json (0 of 1 runs)"]
-    (tmp_path / "results" / "longer.json").write_text(json.dumps([{"label": "x"}] * 2))
-    (tmp_path / "results" / "one.json").write_text(json.dumps([{"label": "y"}]))
+    (tmp_path / "results" / "longer.json").write_text(records("a", "b"))
+    (tmp_path / "results" / "one.json").write_text(records("y"))
     assert report.unfinished_sweeps(Spec, str(tmp_path)) == ["results/longer.json (2 of 6 runs)"]
-    (tmp_path / "results" / "longer.json").write_text(json.dumps([{"label": "x"}] * 6))
+    # a record merged twice is one run; runs of another code version do not finish the sweep
+    (tmp_path / "results" / "longer.json").write_text(records("a", "b", "c", "d", "e", "e"))
+    assert report.unfinished_sweeps(Spec, str(tmp_path)) == ["results/longer.json (5 of 6 runs)"]
+    mixed = json.loads(records("a", "b", "c")) + json.loads(records("d", "e", "f", version="code-b"))
+    (tmp_path / "results" / "longer.json").write_text(json.dumps(mixed))
+    assert report.unfinished_sweeps(Spec, str(tmp_path)) == ["results/longer.json (3 of 6 runs)"]
+    (tmp_path / "results" / "longer.json").write_text(records(*"abcdef"))
     assert report.unfinished_sweeps(Spec, str(tmp_path)) == []
+
+
+def test_a_sweep_is_read_as_the_cli_reads_it_and_every_declared_file_is_checked(tmp_path):
+    from experiments import report
+
+    class Spec:
+        # '--grid=...' and the default --name (sweep) and --out (outputs/sweeps), as argparse reads them
+        commands = ["ovq-cl sweep c.yaml --grid=seed=0;1;2 --name=b --out=results", "ovq-cl sweep c.yaml"]
+        results = ["results/b.json", "results/elsewhere.json"]
+    (tmp_path / "results").mkdir()
+    assert report.unfinished_sweeps(Spec, str(tmp_path)) == [
+        "results/b.json (0 of 3 runs)", "outputs/sweeps/sweep.json (0 of 1 runs)", "results/elsewhere.json (not written)"]
+    (tmp_path / "results" / "b.json").write_text("[{")
+    assert report.unfinished_sweeps(Spec, str(tmp_path))[0] == "results/b.json (unreadable: JSONDecodeError)"
+
+
+def test_a_final_average_that_moves_by_the_same_amount_on_every_seed_is_undecided():
+    """Equal differences on every pair have no t-test: the declared "not below" / "did not rise" is unknown,
+    so the row is neither (b) nor (a), and the mixer is undecided unless another treatment gives (b)."""
+    fell = _pairs("delta", [(0.5, 16), (0.6, 32), (0.55, 16)], [(0.375, 64), (0.475, 64), (0.425, 128)])
+    rose = _pairs("ssm", [(0.25, 16), (0.5, 16), (0.375, 32)], [(0.375, 16), (0.625, 16), (0.5, 32)])
+    rows, mixers = _answers(fell + rose)
+    assert rows["delta"][0] == "?" and "-0.125" in rows["delta"][1] and mixers["delta"][0] == "?"
+    assert rows["ssm"][0] == "?" and mixers["ssm"][0] == "?"
+    table = horizon_answer.answer_table(fell + rose, "model.layers", STANDARD, LONG)
+    assert "- **delta**: undecided (no t-test for" in table
+    # a (b) from another treatment still decides the mixer
+    for s, (f, h) in enumerate([(0.7, 128), (0.72, None), (0.69, 64)]):
+        r = _record("delta", 32, s, f, h)
+        r.params["meta_train.retention_loss"] = "1.0"
+        fell.append(r)
+    assert horizon_answer.mixer_answers(horizon_answer.recipe_rows(fell, "model.layers", STANDARD, LONG))["delta"][0] == "b"

@@ -100,6 +100,9 @@ def test_the_last_bucket_is_paired_against_the_baseline():
                                                         "documents": 8}]}}})
 
     records = [record("swa+ovq", s, 2.0 + 0.01 * s) for s in range(4)] + [record("swa", s, 2.5 + 0.02 * s) for s in range(4)]
+    records += [record("vq", s, 2.25 + 0.01 * s) for s in range(4)]       # +0.25 on every pair: no t-test
     table = compare.position_paired_table(records, "swa+ovq")
     row = next(line for line in table.splitlines() if "swa']" in line and "prose" in line)
     assert "| [64, 300) | 4 | +0.515 [" in row            # 0.5 + 0.01 * mean(s)
+    flat = next(line for line in table.splitlines() if "vq']" in line and "prose" in line)
+    assert "| +0.250 [" in flat and "| - | - |" in flat and "nan" not in flat

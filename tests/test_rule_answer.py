@@ -133,3 +133,14 @@ def test_study_11_declares_the_decision_and_a_bad_declaration_is_one_line(tmp_pa
     (tmp_path / "x.yaml").write_text("title: x\nanswer: rule_on_every_stream\nbaseline: ovq\n")
     with pytest.raises(ValueError, match="needs baseline, partition and answer_seeds >= 2"):
         study_specs.load_study(str(tmp_path / "x.yaml"))
+
+
+def test_a_stream_whose_pairs_all_differ_by_the_same_amount_leaves_the_decision_undecided_in_any_order():
+    """No t-test on one stream: the intersection-union p (the largest stream p) is unknown, whichever stream
+    comes first (max() over a NaN once answered by the order of the streams)."""
+    flat = _noisy("icr", NOVELTY, [0.0625] * 5)
+    clear = _noisy("text", NOVELTY, GAIN)
+    for records in (flat + clear, clear + flat):
+        cells, (sentence, preset) = _decide(records)
+        assert preset is None and sentence.startswith("undecided (1 comparison(s) have no t-test")
+        assert next(c for c in cells if c.stream == "icr").outcome.startswith("no t-test")

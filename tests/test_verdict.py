@@ -216,3 +216,13 @@ def test_equal_nonzero_differences_make_no_t_test_rather_than_p_zero():
     # one differing pair is enough for the t-test again
     d = paired_comparison([0.845703125, 0.822265625, 0.9], [0.201171875, 0.177734375, 0.2])
     assert 0 < d.p_t < 1 and math.isfinite(d.effect_size_dz)
+
+
+def test_learned_pairs_without_the_forgetting_endpoint_are_too_few_not_no_t_test():
+    """Three pairs where both learned, but forgetting measured on one only: "too few pairs" (the t-test is
+    missing for lack of pairs, not because every pair differs by the same amount)."""
+    f = paired_comparison([0.1, math.nan, math.nan], [0.2, 0.3, math.nan])
+    row = compare.VerdictRow("ssm", 3, 0, f, paired_comparison([0.5, 0.6], [0.4, 0.45]), True, False, (1.0, 1.0), (1, 1))
+    assert f.n == 1 and row.verdict == "too few pairs"
+    row.forgetting = paired_comparison([0.1, 0.2, 0.3], [0.35, 0.45, 0.55])      # equal differences, 3 pairs
+    assert row.verdict == compare.NO_T_TEST
