@@ -638,7 +638,8 @@ def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_regio
     memory lost half of the facts while it had been shown at most P + h bindings, fewer than it can hold
     at once: it forgets *before* its capacity is used (interference, not a full memory). Both ends are
     censored by their ladders (h: '>N' when it never halves up to N; C: '>=N' when the ladder's top is
-    still held): a seed the censoring leaves open is counted apart ("unknown"). '' when no run has both."""
+    still held) and known only between rungs (h in (previous rung, h], C in [C, next rung)): a seed
+    the ladders leave open is counted apart ("unknown"). '' when no run has both."""
     groups = {k: [r for r in v if (r.capacity or {}).get("curve") and kind in ((r.interference or {}).get("curves") or {})]
               for k, v in group_records(records).items()}
     groups = {k: v for k, v in groups.items() if v}
@@ -653,11 +654,14 @@ def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_regio
         for r in runs:
             P = int(r.params.get("stream.options.facts_per_episode", 8))
             h = (r.interference.get("half_items") or {}).get(kind)
-            last = r.interference["curves"][kind][-1]["items"]
+            items = [p["items"] for p in r.interference["curves"][kind]]
             C, censored = capacity_of(r)
-            halves.append(f">{last}" if h is None else str(h))
+            facts = [p["facts"] for p in capacity_points(r)]
+            halves.append(f">{items[-1]}" if h is None else str(h))
             caps.append(_capacity_cell(r))
-            verdicts.append(_before_capacity(P, h, last, C, censored))
+            verdicts.append(_before_capacity(
+                P, h, max((n for n in items if h is not None and n < h), default=0), items[-1],
+                C, None if censored or C is None else next((n for n in facts if n > C), None)))
         known = [v for v in verdicts if v is not None]
         unknown = sum(v is None and r.capacity.get("capacity") is not None for v, r in zip(verdicts, runs))
         parts = ([f"{sum(known)} of {len(known)} seeds"] if known else []) + \
@@ -698,15 +702,20 @@ def _capacity_cell(r: RunRecord) -> str:
     return f"<{capacity_points(r)[0]['facts']}" if C is None else (f">={C}" if censored else str(C))
 
 
-def _before_capacity(P: int, h: Optional[int], h_max: int, C: Optional[int], censored: bool) -> Optional[bool]:
-    """P + h < C (the memory lost half of P facts after h bindings while it holds C at once), with h
-    censored above ``h_max`` when None and C censored below when ``censored``; None when the censoring
-    leaves it open (or there is no capacity)."""
+def _before_capacity(P: int, h: Optional[int], h_prev: int, h_max: int, C: Optional[int],
+                     C_next: Optional[int]) -> Optional[bool]:
+    """P + h < C (the memory lost half of P facts after h bindings while it holds C at once), read with
+    what the ladders leave open: the half point lies in (``h_prev``, h] (the rung before it, where
+    recall had not halved yet; beyond ``h_max`` when h is None), the capacity in [C, ``C_next``) (the
+    next capacity rung, which failed; None: the ladder's top was held, so C is a lower bound). True when
+    it holds at every value the rungs allow, False when it fails at every one, None otherwise (or
+    without a capacity)."""
     if C is None:
         return None
-    if h is not None:
-        return True if P + h < C else (None if censored else False)
-    return None if censored or P + h_max + 1 < C else False
+    if h is not None and P + h < C:                      # the largest h, the smallest C
+        return True
+    h_low = (h_max if h is None else h_prev) + 1         # the smallest h, the largest C
+    return False if C_next is not None and P + h_low >= C_next - 1 else None
 
 
 def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:

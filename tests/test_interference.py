@@ -166,30 +166,39 @@ def test_each_mixers_capacity_bound_comes_from_its_shapes():
 
 def test_the_before_capacity_table_tells_interference_from_a_full_memory():
     """Known answers: P + h < C is 'forgets before its capacity is used'; a curve that never halves, or
-    one that halves only once P + h reaches C, is not; a run without a capacity is 'n/a'."""
+    one that halves only once P + h reaches C, is not; a run without a capacity is 'n/a'. Both are read
+    between their rungs: the half point h lies in (previous rung, h], the capacity C in [C, next rung)."""
     from experiments import compare
 
     def record(layers, seed, half, capacity, top=128):
-        curve = [{"items": n, "score": 1.0, "se": 0.0, "n": 8} for n in (0, 64)]
+        curve = [{"items": n, "score": 1.0, "se": 0.0, "n": 8} for n in (0, 8, 16, 32, 64)]
         return compare.RunRecord(
             label=f"{layers}-s{seed}", params={"model.layers": f"['{layers}']", "stream.options.facts_per_episode": "8"},
             metric="accuracy", summary={}, seed=seed, data_seed=seed, state_bytes=[67840.0],
             interference={"curves": {"other_region": curve}, "half_items": {"other_region": half}},
-            capacity={"curve": {"points": [{"facts": 8, "score": 1.0}, {"facts": 64, "score": 0.9},
+            capacity={"curve": {"points": [{"facts": 8, "score": 1.0}, {"facts": 16, "score": 1.0},
+                                           {"facts": 32, "score": 0.9}, {"facts": 48, "score": 0.8},
                                            {"facts": top, "score": 0.1}]},
                       "capacity": capacity, "bound_per_layer": [64]})
 
-    records = [record("delta", 0, 16, 64), record("delta", 1, 56, 64), record("ovq", 0, None, 64),
+    # delta s0: 8 + 16 < 32 whatever the rungs allow (h <= 16, C >= 32): yes. s1: h in (32, 64], C in
+    # [48, 128): 8 + 33 = 41 < 127 may hold and 8 + 64 < 48 may not: unknown (once read as "no")
+    records = [record("delta", 0, 16, 32), record("delta", 1, 64, 48), record("ovq", 0, None, 16),
                record("ssm", 0, 4, None)]
     table = compare.before_capacity_table(records)
     rows = {line.split(" | ")[0]: line for line in table.splitlines()[2:]}
-    assert "| 16, 56 | 64, 64 | 1 of 2 seeds |" in rows["| layers=['delta']"]
-    assert "| >64 | 64 | 0 of 1 seeds |" in rows["| layers=['ovq']"]
+    assert "| 16, 64 | 32, 48 | 1 of 1 seeds; 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['delta']"]
+    # never halves up to 64 items (h >= 65), holds 16 but not 32 facts (C <= 31): 8 + 65 >= 31, no
+    assert "| >64 | 16 | 0 of 1 seeds |" in rows["| layers=['ovq']"]
     assert "| 4 | <8 | n/a (no capacity) |" in rows["| layers=['ssm']"]
+    assert compare._before_capacity(8, 64, 32, 256, 48, 64) is None          # h may be 33: 41 < 63 may hold
+    assert compare._before_capacity(8, 16, 8, 256, 8, 16) is False           # 8 + 9 >= 15 at the least
     # a capacity at the ladder's top is a lower bound: P + h < C is then known only when P + h is below it
-    records = [record("delta", 0, 16, 64, top=64), record("delta", 1, 56, 64, top=64), record("ovq", 0, None, 64, top=64)]
+    records = [record("delta", 0, 16, 128, top=128), record("delta", 1, 64, 48, top=64), record("ovq", 0, None, 64, top=64)]
+    for r in records[1:]:
+        r.capacity["curve"]["points"][-1]["score"] = 0.9
     rows = {line.split(" | ")[0]: line for line in compare.before_capacity_table(records).splitlines()[2:]}
-    assert "| 16, 56 | >=64, >=64 | 1 of 1 seeds; 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['delta']"]
+    assert "| 16, 64 | >=128, 48 | 1 of 1 seeds; 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['delta']"]
     assert "| >64 | >=64 | 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['ovq']"]
     assert compare.before_capacity_table([record("delta", 0, 16, 64).__class__(label="x", params={}, metric="accuracy",
                                                                                summary={})]) == ""
