@@ -517,11 +517,25 @@ def interference_table(records: Iterable[RunRecord]) -> str:
                 scores = [next((p["score"] for p in r.interference["curves"][kind] if p["items"] == n), math.nan)
                           for r in have]
                 cells.append(mean_interval(scores).format() if any(not math.isnan(x) for x in scores) else "-")
-            halves = [(r.interference.get("half_items") or {}).get(kind) for r in have]
-            last = [r.interference["curves"][kind][-1]["items"] for r in have]
-            cells.append(", ".join(f">{m}" if h is None else str(h) for h, m in zip(halves, last)))
+            cells.append(", ".join(_half_cell(half_point(r, kind), r.interference["curves"][kind][-1]["items"])
+                                   for r in have))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def half_point(r: RunRecord, kind: str) -> float:
+    """A run's ``kind`` interference half point: the items at which recall halved, inf when it never did up
+    to the curve's end, NaN when there is no curve or no skill at 0 items to halve (a memory that never
+    held the probe's facts is not the most robust one, which "never halves" would say)."""
+    points = ((r.interference or {}).get("curves") or {}).get(kind)
+    if not points or not (points[0].get("skill", 1.0) > 0):
+        return math.nan
+    h = (r.interference.get("half_items") or {}).get(kind)
+    return math.inf if h is None else float(h)
+
+
+def _half_cell(h: float, last: int) -> str:
+    return "n/a (no skill at 0)" if math.isnan(h) else f">{last}" if math.isinf(h) else f"{h:.0f}"
 
 
 def capacity_table(records: Iterable[RunRecord]) -> str:
@@ -653,13 +667,14 @@ def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_regio
         halves, caps, verdicts = [], [], []
         for r in runs:
             P = int(r.params.get("stream.options.facts_per_episode", 8))
-            h = (r.interference.get("half_items") or {}).get(kind)
+            half = half_point(r, kind)
             items = [p["items"] for p in r.interference["curves"][kind]]
             C, censored = capacity_of(r)
             facts = [p["facts"] for p in capacity_points(r)]
-            halves.append(f">{items[-1]}" if h is None else str(h))
+            halves.append(_half_cell(half, items[-1]))
             caps.append(_capacity_cell(r))
-            verdicts.append(_before_capacity(
+            h = None if math.isinf(half) else half
+            verdicts.append(None if math.isnan(half) else _before_capacity(
                 P, h, max((n for n in items if h is not None and n < h), default=0), items[-1],
                 C, None if censored or C is None else next((n for n in facts if n > C), None)))
         known = [v for v in verdicts if v is not None]

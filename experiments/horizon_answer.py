@@ -120,11 +120,8 @@ class RecipeRow:
 
 
 def _half(r: compare.RunRecord, kind: str) -> float:
-    curves = (r.interference or {}).get("curves") or {}
-    if kind not in curves:
-        return math.nan
-    h = (r.interference.get("half_items") or {}).get(kind)
-    return math.inf if h is None else float(h)
+    """inf: never halves up to the ladder's end; NaN: no curve, or no skill at 0 items (never "robust")."""
+    return compare.half_point(r, kind)
 
 
 def recalled_skill(r: compare.RunRecord) -> float:

@@ -202,3 +202,21 @@ def test_the_before_capacity_table_tells_interference_from_a_full_memory():
     assert "| >64 | >=64 | 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['ovq']"]
     assert compare.before_capacity_table([record("delta", 0, 16, 64).__class__(label="x", params={}, metric="accuracy",
                                                                                summary={})]) == ""
+
+
+def test_a_curve_without_skill_at_0_items_has_no_half_point_not_an_infinite_one():
+    """'Never halves' (>N, the most robust memory) and 'nothing to halve' (no skill at 0 items) are told
+    apart: the second is n/a in the tables and NaN for study 17's rule (which drops that seed's pair)."""
+    from experiments import compare, horizon_answer
+
+    def record(skill0):
+        curve = [{"items": n, "score": 0.01, "chance": 0.02, "skill": s, "standard_error": 0.0, "episodes": 8, "tokens": 2 * n}
+                 for n, s in ((0, skill0), (64, skill0))]
+        return compare.RunRecord(label="x", params={"model.layers": "['ssm']"}, metric="accuracy", summary={}, seed=0,
+                                 data_seed=0, interference={"curves": {"other_region": curve},
+                                                            "half_items": {"other_region": None}})
+    none, robust = record(-0.01), record(1.0)
+    assert math.isnan(compare.half_point(none, "other_region")) and compare.half_point(robust, "other_region") == math.inf
+    assert math.isnan(horizon_answer._half(none, "other_region"))
+    assert "n/a (no skill at 0)" in compare.interference_table([none])
+    assert "| >64 |" in compare.interference_table([robust])

@@ -132,11 +132,16 @@ def test_filler_ladder_reaches_the_longest_delay():
         filler_ladder(10, 0)
 
 
-def test_span_for_a_lower_is_better_metric():
-    pts = [DelayPoint(filler_episodes=f, delay=f * 10, score=s, standard_error=0.0, chance=1.0, skill=0.0, episodes=4)
-           for f, s in ((0, 0.1), (1, 0.3), (2, 0.7))]
-    assert DelayCurve("mse", pts).span(0.5) == 20
-    assert DelayCurve("accuracy", pts).span(0.5) == 0
+def test_the_span_reads_skill_whatever_the_metric():
+    """MSE 0.03 / 0.04 / 0.05 against a chance of 0.06 is skill 0.5 / 0.33 / 0.17: the span is the second
+    point's delay (the raw score, always below 0.5, once gave "never"); accuracy reads skill the same way."""
+    from strategies.evaluation.metrics import skill
+
+    def curve(metric, chance, scores):
+        return DelayCurve(metric, [DelayPoint(filler_episodes=f, delay=f * 10, score=s, standard_error=0.0, chance=chance,
+                                              skill=skill(metric, s, chance), episodes=4) for f, s in enumerate(scores)])
+    assert curve("mse", 0.06, [0.03, 0.04, 0.05]).span(0.5) == 10
+    assert curve("accuracy", 0.2, [1.0, 0.65, 0.5]).span(0.5) == 20          # skill 1.0, 0.5625, 0.375
 
 
 # ------------------------------------------------------------------------------------ truncated BPTT

@@ -193,6 +193,20 @@ def test_the_gate_reads_held_out_episodes_from_a_fresh_state():
 # ---------------------------------------------------------------------------- standard errors
 
 
+def test_a_non_finite_answer_makes_the_score_nan_not_the_mean_of_the_rest():
+    """A lane whose logits diverged (NaN) is a broken run, not a better one: the score is NaN (torchmetrics'
+    default drops NaN and averages the rest, which for bits per byte looked like a good score)."""
+    score = SequenceScore("bits_per_byte")
+    out = torch.zeros(2, 3, 5)
+    out[1] = math.nan
+    score.update(out, torch.ones(2, 3, dtype=torch.long))
+    assert math.isnan(score.result())
+    from strategies.evaluation import forgetting
+    # and the max-based forgetting does not answer by where a NaN stands among the earlier scores
+    for R in ([[math.nan, 0.0], [0.5, 0.5]], [[0.5, 0.0, 0.0], [math.nan, 0.5, 0.0], [0.2, 0.2, 0.5]]):
+        assert math.isnan(forgetting.forgetting_max(R, 0, len(R) - 1))
+
+
 def test_episode_clustered_standard_error_known_answers():
     score = SequenceScore("accuracy")
     # 4 episodes, one answer each: 3 right -> p = 0.75, s.e. = sqrt(p (1 - p) / (N - 1))

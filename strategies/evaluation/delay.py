@@ -26,7 +26,6 @@ import torch
 from torch.utils.data import Dataset
 
 from strategies.evaluation.gate import GateResult, ProbePoint, probe_scores
-from strategies.evaluation.metrics import higher_is_better
 
 
 @dataclass
@@ -59,11 +58,12 @@ class DelayCurve:
         return None
 
     def span(self, level: float = 0.5) -> Optional[int]:
-        """The smallest measured delay whose score falls below ``level`` (None: never, up to the last point).
-        For a lower-is-better metric, above ``level``."""
-        up = higher_is_better(self.metric)
+        """The smallest measured delay whose skill (against the context-free predictor's chance, as the
+        capacity curve's) falls below ``level`` (None: never, up to the last point). Read on the skill, not
+        the raw score, so that the level means the same for accuracy, MSE and bits per byte (a raw MSE of
+        0.5 is below chance on a stream whose values have variance 0.06)."""
         for p in self.points:
-            if (p.score < level) if up else (p.score > level):
+            if not (p.skill >= level):
                 return p.delay
         return None
 

@@ -48,8 +48,10 @@ def forgetting_max(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> 
     if j <= i:
         return math.nan
     s = _sign(higher_is_better)
-    best = max(s * R[l][i] for l in range(i, j))
-    return best - s * R[j][i]
+    earlier = [s * R[l][i] for l in range(i, j)]
+    if any(math.isnan(x) for x in earlier):        # max() over a NaN depends on where it stands
+        return math.nan
+    return max(earlier) - s * R[j][i]
 
 
 def forgetting_learned(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:

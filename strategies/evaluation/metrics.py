@@ -161,7 +161,9 @@ class SequenceScore:
     def reset(self) -> None:
         # the mean of per-answer values; for MSE that is torchmetrics' MeanSquaredError over every
         # scored element, as every answer has the same number of output dims
-        self._metric = torchmetrics.MeanMetric()
+        # a non-finite answer makes the score NaN (a diverged run is seen as broken): torchmetrics' default
+        # drops NaN and averages the rest, which makes a run that diverged on some lanes look better
+        self._metric = torchmetrics.MeanMetric(nan_strategy="disable")
         self._episode_sums: List[torch.Tensor] = []
         self._episode_counts: List[torch.Tensor] = []
 
