@@ -31,7 +31,7 @@ treatment rerun with more meta-training steps (it was "still improving") replace
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from experiments import compare
@@ -60,6 +60,7 @@ class RecipeRow:
     halves: List[Tuple[float, float]]   # per pair: (standard, treatment) half point; inf = beyond the ladder
     final: object                       # PairedComparison of final_average, treatment - standard
     p_holm: float = math.nan
+    recipe: Dict[str, str] = field(default_factory=dict)   # what tells the treatments apart: {full key: value}
 
     @property
     def decided(self) -> bool:
@@ -179,8 +180,9 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
     # changes against the standard recipe (the study's setup says that)
     keys = [k for k in compare._varying(treatment_params) if k != by and compare._mixer_of_option(k) is None]
     for row, params in zip(rows, treatment_params):
-        row.treatment = ", ".join(f"{compare._short(k)}={params.get(k, compare.ABSENT_VALUES.get(k))}" for k in keys
-                                  if k in params or k in compare.ABSENT_VALUES) or "treatment"
+        row.recipe = {k: str(params.get(k, compare.ABSENT_VALUES.get(k))) for k in keys
+                      if k in params or k in compare.ABSENT_VALUES}
+        row.treatment = ", ".join(f"{compare._short(k)}={v}" for k, v in row.recipe.items()) or "treatment"
     tested = [i for i, row in enumerate(rows) if row.final.n >= 2 and not math.isnan(row.final.p_t)]
     for i, p in zip(tested, holm([rows[i].final.p_t for i in tested])):
         rows[i].p_holm = p
@@ -245,6 +247,23 @@ def confirm_recipes(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, float]]:
     return out
 
 
+def confirm_grid(rows: Sequence[RecipeRow], by: str = "model.layers") -> str:
+    """The joint grid axis that gives each mixer its confirmatory recipe (:func:`confirm_recipes`), as
+    ``ovq-cl sweep`` reads it: ``--grid 'model.layers&KEY&...=[mixer]&VALUE&...;...'``; '' unless every mixer
+    with rows has a recipe and the recipes set the same keys. What the confirmatory study's command is
+    written from, so that no recipe is copied by hand."""
+    recipes = confirm_recipes(rows)
+    mixers = list(dict.fromkeys(row.mixer for row in rows))
+    if not mixers or set(recipes) != set(mixers):
+        return ""
+    chosen = {m: next(row.recipe for row in rows if row.mixer == m and row.treatment == recipes[m][0]) for m in mixers}
+    keys = list(next(iter(chosen.values())))
+    if not keys or any(list(recipe) != keys for recipe in chosen.values()):
+        return ""
+    values = ";".join("&".join([f"[{m.replace('+', ',')}]", *(chosen[m][k] for k in keys)]) for m in mixers)
+    return f"--grid '{'&'.join([by, *keys])}={values}'"
+
+
 def _halves_cell(halves: Sequence[Tuple[float, float]], ladder_end: str) -> str:
     def f(x):
         return ladder_end if math.isinf(x) else f"{x:.0f}"
@@ -289,4 +308,7 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
         lines.append(f"- **{mixer}**: " + said + recipe)
     for mixer, why in mixers_without_rows(records, by, standard, treatment, rows).items():
         lines.append(f"- **{mixer}**: no answer: {why}")
+    grid = confirm_grid(rows, by)
+    if grid:
+        lines += ["", f"{'Provisional grid' if unwritten else 'Grid'} for the confirmatory re-run, by this rule: `{grid}`"]
     return "\n".join(lines)

@@ -238,3 +238,26 @@ def test_a_final_average_that_moves_by_the_same_amount_on_every_seed_is_undecide
         r.params["meta_train.retention_loss"] = "1.0"
         fell.append(r)
     assert horizon_answer.mixer_answers(horizon_answer.recipe_rows(fell, "model.layers", STANDARD, LONG))["delta"][0] == "b"
+
+
+def test_the_confirmatory_grid_is_written_from_the_recipes_not_by_hand():
+    """Each mixer's recipe (the treatment with the higher final average) as one joint grid axis."""
+    records = []
+    for mixer, (plain, retained) in {"delta": (0.5, 0.7), "ssm": (0.6, 0.4)}.items():
+        records += _pairs(mixer, [(0.3, 32), (0.31, 32), (0.29, 16)], [(plain + d, None) for d in (0.0, 0.01, -0.01)])
+        for s, d in enumerate((0.0, 0.02, -0.01)):
+            r = _record(mixer, 32, s, retained + d, None)
+            r.params["meta_train.retention_loss"] = "1.0"
+            records.append(r)
+    rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
+    grid = horizon_answer.confirm_grid(rows)
+    assert grid == "--grid 'model.layers&meta_train.retention_loss=[delta]&1.0;[ssm]&0.0'"
+    from experiments.sweep import parse_grid
+    assert parse_grid([grid.split(" ", 1)[1].strip("'")]) == {                 # as the sweep command reads it
+        "model.layers&meta_train.retention_loss": ["[delta]&1.0", "[ssm]&0.0"]}
+    table = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
+    assert table.endswith(f"Grid for the confirmatory re-run, by this rule: `{grid}`")
+    early = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG, unwritten=["results/x.json (0 of 3 runs)"])
+    assert early.endswith(f"Provisional grid for the confirmatory re-run, by this rule: `{grid}`")
+    # a mixer still without a recipe (pending rows): no grid
+    assert horizon_answer.confirm_grid(horizon_answer.recipe_rows(records[:-1], "model.layers", STANDARD, LONG)) == ""
