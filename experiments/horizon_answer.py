@@ -207,12 +207,17 @@ def mixers_without_rows(records: Sequence[compare.RunRecord], by: str, standard:
 
 
 def mixer_answers(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, str]]:
-    """Per mixer: (letter, the treatment that decided it); ('', ...) while any of its rows is pending; ('?', ...)
-    when no row gives (b) and some row is undecided (no t-test), since that row might give (b) or (a)."""
+    """Per mixer: (letter, the treatment that decided it). A decided (b) row decides the mixer at once (no
+    other row can undo "(b) if either treatment gives (b)"); otherwise ('', ...) while any of its rows is
+    pending, and ('?', ...) when some row is undecided (no t-test), since that row might give (b) or (a)."""
     out: Dict[str, Tuple[str, str]] = {}
     for mixer in dict.fromkeys(row.mixer for row in rows):
         mine = [row for row in rows if row.mixer == mixer]
         letters = [(row.answer()[0], row.treatment) for row in mine]
+        first_b = next((t for letter, t in letters if letter == "b"), None)
+        if first_b is not None:
+            out[mixer] = ("b", first_b)
+            continue
         if any(not letter for letter, _ in letters):
             out[mixer] = ("", "pending")
             continue
@@ -304,7 +309,7 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
         recipe = (f"; {'provisional ' if unwritten else ''}recipe for the confirmatory re-run: {recipes[mixer][0]} (final average "
                   f"{recipes[mixer][1]:+.3f} over the standard)" if mixer in recipes else "")
         said = ("pending" if not letter else f"undecided (no t-test for {where})" if letter == "?" else
-                f"{ANSWERS[letter]} ({'so far from' if unwritten else 'decided by'} {where})")
+                f"{ANSWERS[letter]} ({'so far from' if unwritten and letter != 'b' else 'decided by'} {where})")
         lines.append(f"- **{mixer}**: " + said + recipe)
     for mixer, why in mixers_without_rows(records, by, standard, treatment, rows).items():
         lines.append(f"- **{mixer}**: no answer: {why}")

@@ -93,6 +93,21 @@ def test_holm_over_the_rows_decides_what_counts_as_a_change():
     assert ssm.final_direction == "no difference" and ssm.answer()[0] == "a"
 
 
+def test_a_decided_b_row_decides_the_mixer_while_another_row_is_pending():
+    """(b) if either treatment gives (b): a pending row cannot undo it; (a) or (c) must wait for every row."""
+    records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    rerun = _record("delta", 32, 0, 0.9, None)
+    rerun.params["meta_train.retention_loss"] = "1.0"               # one seed of another treatment so far
+    rows = horizon_answer.recipe_rows(records + [rerun], "model.layers", STANDARD, LONG)
+    assert sorted(r.answer()[0] for r in rows) == ["", "b"]
+    assert horizon_answer.mixer_answers(rows)["delta"] == ("b", "meta_train.retention_loss=0.0")
+    still = _pairs("ssm", [(0.30, 16), (0.32, 16), (0.31, 32)], [(0.31, 16), (0.30, 8), (0.32, 32)])   # (a)
+    other = _record("ssm", 32, 0, 0.9, 16)
+    other.params["meta_train.retention_loss"] = "1.0"
+    rows = horizon_answer.recipe_rows(still + [other], "model.layers", STANDARD, LONG)
+    assert horizon_answer.mixer_answers(rows)["ssm"] == ("", "pending")
+
+
 def test_a_row_is_pending_until_every_standard_seed_has_its_pair():
     records = _pairs("delta", [(0.4, 32)] * 3, [(0.7, 128), (0.72, None)])
     rows, mixers = _answers(records)
@@ -179,7 +194,8 @@ def test_while_a_declared_rerun_is_unwritten_the_answer_and_its_recipes_are_prov
     assert early.startswith("**Provisional**: declared sweeps not finished yet (results/longer.json)")
     assert "; provisional recipe for the confirmatory re-run: " in early
     # the rows themselves are the same: only what they may become is said
-    assert early.split("\n", 2)[2] == final.replace("; recipe", "; provisional recipe").replace("(decided by", "(so far from")
+    # a (b) stays "decided by" (no rerun can undo it); only the recipe may still change
+    assert early.split("\n", 2)[2] == final.replace("; recipe", "; provisional recipe")
 
 
 def test_a_sweep_is_unfinished_until_its_file_holds_every_run_of_its_grid(tmp_path):
