@@ -81,14 +81,16 @@ def _raw(spec: StudySpec, root: Optional[str] = None) -> List[dict]:
 
     A run listed by two sweeps (a later sweep that reused a finished run of the same identity, e.g. one
     that fills in the runs an interrupted sweep did not reach) counts once: the first record of each
-    ``config_id`` is kept, so no seed is paired or averaged twice."""
+    ``config_id`` and code version is kept, so no seed is paired or averaged twice. The same config run by
+    two code versions is two runs here (which one a table reads is ``compare.deduplicated``'s rule, which
+    says what it did), not the first file's silently."""
     raw, seen = [], set()
     for rel in spec.results:
         path = os.path.join(root or PROJECT_DIR, rel)
         if os.path.exists(path):
             with open(path) as fh:
                 for d in json.load(fh):
-                    key = d.get("config_id") or d.get("run_id")
+                    key = (d.get("config_id") or d.get("run_id"), d.get("code_version"))
                     if key is not None and key in seen:
                         continue
                     seen.add(key)

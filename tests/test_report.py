@@ -269,6 +269,10 @@ def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
     spec = study_specs.StudySpec(results=["results/a.json", "results/a_rest.json"])
     raw = report._raw(spec)
     assert [d["config_id"] for d in raw] == ["id0", "id1", "id2"]
+    # the same config made by another code version is another run, not dropped as a repeat
+    (tmp_path / "results" / "a_rest.json").write_text(json.dumps(rest + [{**first[0], "code_version": "code-b"}]))
+    raw = report._raw(spec)
+    assert [(d["config_id"], d.get("code_version")) for d in raw][-1] == ("id0", "code-b") and len(raw) == 4
 
 
 def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, monkeypatch):
