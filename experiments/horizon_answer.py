@@ -59,12 +59,15 @@ class RecipeRow:
     learned: List[Optional[bool]]       # per treatment run: its learned gates
     halves: List[Tuple[float, float]]   # per pair: (standard, treatment) half point; inf = beyond the ladder
     final: object                       # PairedComparison of final_average, treatment - standard
+    seeds: int = 0                      # the declared pairs a row needs (0: every standard replicate)
     p_holm: float = math.nan
     recipe: Dict[str, str] = field(default_factory=dict)   # what tells the treatments apart: {full key: value}
 
     @property
     def decided(self) -> bool:
-        return self.n_pairs >= 2 and self.n_pairs == self.n_standard
+        # every standard replicate has its pair, and at least the declared seeds (a standard whose own
+        # seeds are not all in yet must not decide a row with fewer pairs than declared)
+        return self.n_pairs >= max(2, self.seeds) and self.n_pairs == self.n_standard
 
     @property
     def learns_long_task(self) -> bool:
@@ -99,7 +102,7 @@ class RecipeRow:
     def answer(self) -> Tuple[str, str]:
         """(letter, reason); letter '' while pending."""
         if not self.decided:
-            return "", f"pending ({self.n_pairs} of {self.n_standard} pairs)"
+            return "", f"pending ({self.n_pairs} of {max(self.n_standard, self.seeds)} pairs)"
         if self.nothing_to_move:
             return "c", "the standard recipe never halves within the ladder: nothing to move"
         if self.final_direction == "no t-test":
@@ -149,7 +152,7 @@ def _standards(groups: Dict[str, List[compare.RunRecord]], standard: str) -> Lis
 
 
 def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
-                kind: str = "other_region") -> List[RecipeRow]:
+                kind: str = "other_region", seeds: int = 0) -> List[RecipeRow]:
     """The rows of the answer: per value of ``by`` (the mixer), every configuration matching ``treatment``
     against the one matching ``standard`` (patterns as :func:`experiments.compare.find_group`), each read
     at its longest budget (the budget rule), Holm over all rows' final-average tests. A mixer without one
@@ -174,7 +177,7 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
                 mixer="+".join(compare._layers(mixer)) or mixer, treatment=key,
                 n_pairs=len(pairs), n_standard=len(groups[standards[0]]),
                 recalled_skill=[recalled_skill(t) for t in groups[key]], learned=[t.learned for t in groups[key]],
-                halves=[h for h in halves if not any(math.isnan(x) for x in h)], final=final))
+                halves=[h for h in halves if not any(math.isnan(x) for x in h)], final=final, seeds=seeds))
             treatment_params.append(compare.relevant_params(groups[key][0].params))
     # name each treatment by what tells the treatments apart (e.g. the retention loss), not by all it
     # changes against the standard recipe (the study's setup says that)
@@ -276,13 +279,13 @@ def _halves_cell(halves: Sequence[Tuple[float, float]], ladder_end: str) -> str:
 
 
 def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
-                 kind: str = "other_region", unwritten: Sequence[str] = ()) -> str:
+                 kind: str = "other_region", unwritten: Sequence[str] = (), seeds: int = 0) -> str:
     """The declared rule's table (one row per mixer and treatment) and one line per mixer with its answer.
 
     ``unwritten``: the study's declared sweeps not finished yet. Their runs may be the budget rule's
     longer reruns, which replace rows here, so while any is missing the table says it is provisional and
     so does every recipe line (a recipe read too early would be copied into a declared study)."""
-    rows = recipe_rows(records, by, standard, treatment, kind)
+    rows = recipe_rows(records, by, standard, treatment, kind, seeds)
     if not rows:
         return ""
     ends = sorted({p["items"] for r in records for p in ((r.interference or {}).get("curves") or {}).get(kind, [])})

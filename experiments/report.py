@@ -795,7 +795,8 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     elif spec.answer:
         from experiments import horizon_answer
         table = horizon_answer.answer_table(records, spec.within, spec.within_baseline, spec.answer_treatment,
-                                            unwritten=unfinished_sweeps(spec, root or PROJECT_DIR))
+                                            unwritten=unfinished_sweeps(spec, root or PROJECT_DIR),
+                                            seeds=spec.answer_seeds)
         parts += [f"The declared answer (`{spec.answer}`, applied by `experiments/horizon_answer.py`: per mixer, each "
                   f"configuration matching `{spec.answer_treatment}` against `{spec.within_baseline}`, paired over seeds, "
                   "Holm over the rows):", "", table or "(no pairs yet)", ""]

@@ -38,7 +38,7 @@ class StudySpec:
                                                          # (ANSWER_RULES), per value of ``within``: the
     answer_treatment: Optional[str] = None               # configurations matching this pattern against
                                                          # ``within_baseline`` (training_or_rule)
-    answer_seeds: int = 0                                # rule_on_every_stream: the declared seeds per config
+    answer_seeds: int = 0                                # the declared seeds (pairs) a decision needs
     plot: Optional[str] = None                           # a plot of forgetting and learning against state bytes
     plane: Optional[str] = None                          # a plot of learning score against forgetting, per partition
     frontier: Optional[str] = None                       # a plot of retained against updated facts, one line per

@@ -277,3 +277,11 @@ def test_the_confirmatory_grid_is_written_from_the_recipes_not_by_hand():
     assert early.endswith(f"Provisional grid for the confirmatory re-run, by this rule: `{grid}`")
     # a mixer still without a recipe (pending rows): no grid
     assert horizon_answer.confirm_grid(horizon_answer.recipe_rows(records[:-1], "model.layers", STANDARD, LONG)) == ""
+
+
+def test_a_row_waits_for_the_declared_seeds_even_when_the_standard_has_fewer():
+    """Two standard seeds with their pairs are not a decision when three are declared."""
+    records = _pairs("delta", [(0.40, 32), (0.35, 64)], [(0.70, 128), (0.72, None)])
+    assert horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)[0].answer()[0] == "b"
+    row = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG, seeds=3)[0]
+    assert row.answer() == ("", "pending (2 of 3 pairs)")
