@@ -284,7 +284,8 @@ def _print_result(result) -> None:
                    else "recalls" if dg["learned"] else "DOES NOT RECALL")
         print(f"delay gate (skill at the learning delay, {d['learning']} tokens): {dg['skill']:.2f} "
               f"(>= {dg['threshold']}): {verdict}" + ("" if d.get("required") else " (informative, not a gate here)"))
-    print(f"stream gate (mean R[j][j] vs chance {s['chance']:.3f}): skill {s['skill']:.2f} (>= {s['threshold']}): "
+    print(f"stream gate (mean skill of R[j][j], each against its experience's chance, mean chance {s['chance']:.3f}): "
+          f"skill {s['skill']:.2f} (>= {s['threshold']}): "
           f"{'learned' if s['learned'] else 'NOT LEARNED: forgetting means nothing here'}")
     print(f"state bytes per layer and lane: {[int(b) for b in result.state_bytes_per_lane]}   "
           f"parameters: {result.parameters:,}")

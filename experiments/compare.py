@@ -76,6 +76,7 @@ class RunRecord:
     learned_buffers: int = 0                  # numbers in buffers learned from data (VQ's codebook, its EMA stats)
     stream_chance: float = math.nan           # the stream gate's chance score and skill threshold, which the
     stream_threshold: float = math.nan        # per-experience learning gate applies to each R[j][j]
+    stream_chances: List[float] = field(default_factory=list)   # per experience (stored, or rebuilt)
     meta_history: List[Dict[str, float]] = field(default_factory=list)   # meta-training's logged rows (step, loss, metric)
 
     @property
@@ -84,7 +85,27 @@ class RunRecord:
         return (self.seed, self.data_seed)
 
 
-def learned_from_gates(d: Dict[str, Any]) -> Optional[bool]:
+def stream_gate_now(d: Dict[str, Any]) -> Tuple[List[float], Optional[bool], float]:
+    """(per-experience chances, learned, skill) of a record's stream gate by the current rule: each R[j][j]
+    against experience j's own chance (``strategies.evaluation.gate.stream_gate_from_chances``). The
+    chances are the record's (``stream_gate.chances``) or, for records made before runs stored them,
+    rebuilt from its stream parameters (``experiments.stream_chances``, which checks the rebuild against the
+    pooled chance the run stored). Without them the stored gate stands."""
+    from strategies.evaluation.gate import stream_gate_from_chances
+
+    stream, R = d.get("stream_gate") or {}, d.get("R")
+    chances = [float(c) for c in stream.get("chances") or []]
+    threshold = _num(stream.get("threshold"))
+    if not chances and R and "learned" in stream:
+        from experiments.stream_chances import experience_chances
+        chances = experience_chances(d.get("params") or {}, d["metric"], _num(stream.get("chance")))
+    if not chances or not R or len(chances) != len(R) or math.isnan(threshold):
+        return chances, stream.get("learned"), _num(stream.get("skill"))
+    gate = stream_gate_from_chances([R[j][j] for j in range(len(R))], chances, d["metric"], threshold)
+    return chances, gate.learned, gate.skill
+
+
+def learned_from_gates(d: Dict[str, Any], stream_learned: Any = "stored") -> Optional[bool]:
     """The combined gate of a run record, by the current rule (``experiments.runner``): the held-out gate
     and the stream gate, and the delay gate only where the run's config asked for it as a gate
     (``gate.delay: experience``). Records written under an earlier rule (e.g. ``gate.delay: auto``,
@@ -94,7 +115,7 @@ def learned_from_gates(d: Dict[str, Any]) -> Optional[bool]:
     if "learned" not in gate and "learned" not in stream:
         return d.get("learned")
     delay = (d.get("delay") or {}).get("gate", {}).get("learned")
-    flags = [gate.get("learned"), stream.get("learned")]
+    flags = [gate.get("learned"), stream.get("learned") if stream_learned == "stored" else stream_learned]
     if (d.get("params") or {}).get("gate.delay") == "experience":
         flags.append(delay)
     measured = [f for f in flags if f is not None]
@@ -102,12 +123,14 @@ def learned_from_gates(d: Dict[str, Any]) -> Optional[bool]:
 
 
 def record_from_json(d: Dict[str, Any]) -> RunRecord:
-    """A record from ``RunResult.record()`` (the sweep's JSON, MLflow's ``results.json``)."""
+    """A record from ``RunResult.record()`` (the sweep's JSON, MLflow's ``results.json``). Its gates are
+    combined by the current rule, the stream gate with per-experience chances (:func:`stream_gate_now`)."""
+    chances, stream_learned, stream_skill = stream_gate_now(d)
     return RunRecord(
         label=d["label"], params=_params(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
-        summary_current=dict(d.get("summary_current") or {}), learned=learned_from_gates(d),
+        summary_current=dict(d.get("summary_current") or {}), learned=learned_from_gates(d, stream_learned),
         gate_skill=_num((d.get("gate") or {}).get("skill")),
-        gate_chance=_num((d.get("gate") or {}).get("chance")), stream_skill=_num((d.get("stream_gate") or {}).get("skill")),
+        gate_chance=_num((d.get("gate") or {}).get("chance")), stream_skill=stream_skill,
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
         delay=dict(d.get("delay") or {}), interference=dict(d.get("interference") or {}),
@@ -116,7 +139,7 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         shared_bytes=list(d["shared_bytes_per_layer"]) if "shared_bytes_per_layer" in d else derived_memory(d["params"])[0],
         learned_buffers=int(d["learned_buffers"]) if "learned_buffers" in d else derived_memory(d["params"])[1],
         stream_chance=_num((d.get("stream_gate") or {}).get("chance")),
-        stream_threshold=_num((d.get("stream_gate") or {}).get("threshold")),
+        stream_threshold=_num((d.get("stream_gate") or {}).get("threshold")), stream_chances=chances,
         meta_history=list(d.get("meta_history") or []),
     )
 
@@ -166,13 +189,20 @@ def derived_memory(params: Dict[str, Any]) -> Tuple[List[int], int]:
 
 
 def experience_skills(r: RunRecord) -> List[float]:
-    """Skill of each experience's learning score R[j][j] against the stream's chance (the best
-    context-free predictor on all its test labels): 0 at chance, 1 perfect; NaN where unknown."""
+    """Skill of each experience's learning score R[j][j] against that experience's chance (the best
+    context-free predictor on its own test labels; the stream's pooled chance for a record whose stream
+    could not be rebuilt): 0 at chance, 1 perfect; NaN where unknown."""
     from strategies.evaluation.metrics import skill
 
-    if not r.R or math.isnan(r.stream_chance):
+    if not r.R:
         return []
-    return [math.nan if r.R[j][j] is None else skill(r.metric, r.R[j][j], r.stream_chance) for j in range(len(r.R))]
+    if len(r.stream_chances) == len(r.R):
+        chances = list(r.stream_chances)
+    elif not math.isnan(r.stream_chance):
+        chances = [r.stream_chance] * len(r.R)
+    else:
+        return []
+    return [math.nan if r.R[j][j] is None else skill(r.metric, r.R[j][j], chances[j]) for j in range(len(r.R))]
 
 
 def stopped_learning_at(r: RunRecord) -> Optional[int]:

@@ -90,7 +90,8 @@ def _raw(spec: StudySpec, root: Optional[str] = None) -> List[dict]:
         if os.path.exists(path):
             with open(path) as fh:
                 for d in json.load(fh):
-                    key = (d.get("config_id") or d.get("run_id"), d.get("code_version"))
+                    identity = d.get("config_id") or d.get("run_id")
+                    key = None if identity is None else (identity, d.get("code_version"))
                     if key is not None and key in seen:
                         continue
                     seen.add(key)

@@ -61,7 +61,7 @@ from strategies.evaluation.delay import delay_gate, filler_ladder, measure_delay
 from strategies.evaluation.capacity import measure_capacity, plot_capacity
 from strategies.evaluation.interference import item_ladder, measure_interference, plot_interference
 from strategies.evaluation.position import measure_position_curve, plot_position
-from strategies.evaluation.gate import measure_gate, stream_gate
+from strategies.evaluation.gate import experience_chances, measure_gate, stream_gate_from_chances
 from strategies.evaluation.metrics import higher_is_better
 from strategies.evaluation.results import (ResultMatrix, n_learned_buffers, n_parameters, shared_memory_bytes,
                                            state_metrics)
@@ -756,14 +756,16 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         summary_current = forgetting.summary(results.R_current, higher)
         last = results.changed_fractions(len(results.R) - 1)
         summary_current.update({k: v for k, v in last.items() if k != "changed_answers"})
-    _, test_labels = _test_items(run.bench)
-    s_gate = stream_gate(summary["learning_average"], test_labels, metric, cfg.gate.min_stream_skill,
-                         info.metric_context).as_dict()
+    # each experience against its own chance (strategies.evaluation.gate.stream_gate), kept in the record
+    labels = [stack_items(exp.dataset)[1] for exp in run.bench.test_stream]
+    chances = experience_chances(labels, metric, info.metric_context)
+    s_gate = {**stream_gate_from_chances([results.R[j][j] for j in range(len(results.R))], chances, metric,
+                                         cfg.gate.min_stream_skill).as_dict(), "chances": chances}
     learned = combined_gate(session.gate.get("learned"), delay_flag(session.delay), s_gate["learned"])
     tracker.set_tags({"learned_on_stream": _gate_tag(s_gate["learned"]), "learned_overall": _gate_tag(learned)})
     final = _prefixed(summary, "final")
     final.update(_prefixed(summary_current, "final_current"))
-    final.update({f"stream_gate/{k}": float(v) for k, v in s_gate.items() if v is not None and k != "learned"})
+    final.update({f"stream_gate/{k}": float(v) for k, v in s_gate.items() if v is not None and k not in ("learned", "chances")})
     tracker.log_metrics(final, step=len(results.R) - 1)
     tracker.log_text(matrix_csv(results.R), "result_matrix.csv")
     states = distributed.gather_lanes(session.strategy.states)          # every rank's lanes
@@ -897,9 +899,3 @@ def _prefixed(values: Dict[str, float], prefix: str) -> Dict[str, float]:
 
 def _gate_tag(flag: Optional[bool]) -> str:
     return "unmeasured" if flag is None else str(bool(flag)).lower()
-
-
-def _test_items(bench):
-    """Every test item of the stream, stacked: (x [N, T...], y [N, T...])."""
-    xs, ys = zip(*(stack_items(exp.dataset) for exp in bench.test_stream))
-    return torch.cat(xs), torch.cat(ys)

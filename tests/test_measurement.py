@@ -298,3 +298,45 @@ def test_binned_mse_scores_quantised_answers_by_their_bin_centres():
     score.update(out, torch.tensor([[10, 11]]))
     assert score.result() == pytest.approx(4.5)
     assert chance_score("binned_mse", torch.tensor([[10, 12]]), context) == pytest.approx(2.25)
+
+
+def test_the_stream_gate_scores_each_experience_against_its_own_chance():
+    """Two experiences whose labels are 3/4 'x' and 3/4 'y': each one's chance is 0.75, the pooled 0.5. A
+    memory that answers each experience's majority label scores 0.75 on both: no skill against its own
+    experience (not learned), although against the pooled chance it had skill 0.5 (the rule until
+    2026-12-04 let it pass)."""
+    from strategies.evaluation.gate import experience_chances, stream_gate
+
+    x, y = 3, 5
+    labels = [torch.tensor([x, x, x, y] * 2), torch.tensor([y, y, y, x] * 2)]
+    assert experience_chances(labels, "accuracy") == [0.75, 0.75]
+    assert chance_score("accuracy", torch.cat(labels)) == 0.5
+    gate = stream_gate([0.75, 0.75], labels, "accuracy", 0.1)
+    assert gate.skill == pytest.approx(0.0) and gate.learned is False and gate.chance == 0.75
+    learned = stream_gate([1.0, 0.9], labels, "accuracy", 0.1)
+    assert learned.skill == pytest.approx((1.0 + 0.6) / 2) and learned.learned is True
+
+
+def test_a_stored_record_is_rescored_with_its_rebuilt_streams_per_experience_chances():
+    """A record made before runs stored per-experience chances: the report rebuilds its stream from its own
+    params, checks the rebuilt pooled chance against the stored one, and gates by the current rule; a
+    record whose stored chance does not match (the stream was not rebuilt as the run saw it) keeps its gate."""
+    from experiments import compare, stream_chances
+    from streams import stream_benchmark
+    from streams.common import stack_items
+
+    params = {"stream.name": "icr", "stream.options.n_experiences": "3", "stream.options.seed": "4"}
+    bench = stream_benchmark("icr", {"n_experiences": 3, "seed": 4})
+    labels = [stack_items(e.dataset)[1] for e in bench.test_stream]
+    own = [chance_score("accuracy", y) for y in labels]
+    pooled = chance_score("accuracy", torch.cat(labels))
+    assert stream_chances.experience_chances(params, "accuracy", pooled) == pytest.approx(own)
+    assert stream_chances.experience_chances(params, "accuracy", pooled + 0.01) == []
+    # R[j][j] at each experience's own chance: the stored (pooled) gate said learned, the current rule does not
+    R = [[own[0], 0, 0], [0, own[1], 0], [0, 0, own[2]]]
+    record = {"label": "x", "params": params, "metric": "accuracy", "summary": {}, "R": R,
+              "gate": {"learned": True}, "stream_gate": {"learned": True, "chance": pooled, "threshold": 0.1, "skill": 0.2}}
+    assert compare.record_from_json(record).learned is False
+    assert compare.record_from_json(record).stream_chances == pytest.approx(own)
+    wrong = {**record, "stream_gate": {**record["stream_gate"], "chance": pooled + 0.01}}
+    assert compare.record_from_json(wrong).learned is True and compare.record_from_json(wrong).stream_chances == []

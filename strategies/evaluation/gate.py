@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -94,10 +94,29 @@ def measure_gate(model: torch.nn.Module, dataset: Optional[Dataset], kind: str, 
                       None if math.isnan(s) else bool(s >= min_skill))
 
 
-def stream_gate(learning_average: float, test_labels: torch.Tensor, kind: str, min_stream_skill: float,
-                context: Optional[dict] = None) -> GateResult:
-    """The stream's mean learning score R[j][j] against chance on all its test labels."""
-    chance = chance_score(kind, test_labels, context)
-    s = skill(kind, learning_average, chance)
-    return GateResult(learning_average, math.nan, chance, s, min_stream_skill, 0,
+def experience_chances(test_labels: Sequence[torch.Tensor], kind: str, context: Optional[dict] = None) -> List[float]:
+    """Per experience j, the best context-free predictor's score on j's own test labels."""
+    return [chance_score(kind, y, context) for y in test_labels]
+
+
+def stream_gate_from_chances(learning_scores: Sequence[Optional[float]], chances: Sequence[float], kind: str,
+                             min_stream_skill: float) -> GateResult:
+    """Did the run learn the stream: the mean over experiences j of the skill of R[j][j] against j's own
+    chance, >= ``min_stream_skill``. Each experience is its own null: a memory that ignores the facts but
+    predicts an experience's label distribution (text: its domain's unigrams; ICL: its functions' output
+    variance) scores that experience's chance, not the pooled stream's. The result's ``chance`` is the
+    mean of the per-experience chances, its ``score`` the mean learning score."""
+    skills = [skill(kind, s, c) for s, c in zip(learning_scores, chances) if s is not None and not math.isnan(s)]
+    scores = [s for s in learning_scores if s is not None and not math.isnan(s)]
+    if not skills or len(chances) != len(learning_scores):
+        return GateResult(math.nan, math.nan, math.nan, math.nan, min_stream_skill, 0, None)
+    s = sum(skills) / len(skills)
+    return GateResult(sum(scores) / len(scores), math.nan, sum(chances) / len(chances), s, min_stream_skill, 0,
                       None if math.isnan(s) else bool(s >= min_stream_skill))
+
+
+def stream_gate(learning_scores: Sequence[Optional[float]], test_labels: Sequence[torch.Tensor], kind: str,
+                min_stream_skill: float, context: Optional[dict] = None) -> GateResult:
+    """:func:`stream_gate_from_chances` with each experience's chance taken on its test labels."""
+    return stream_gate_from_chances(learning_scores, experience_chances(test_labels, kind, context), kind,
+                                    min_stream_skill)
