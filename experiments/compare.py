@@ -504,15 +504,20 @@ def delay_table(records: Iterable[RunRecord]) -> str:
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
         return ""
-    any_run = next(iter(groups.values()))[0].delay
-    head = ["configuration", "n", "score @ delay 0", f"@ learning delay ({any_run['learning']} tokens)",
-            f"@ longest ({any_run['longest']} tokens)", "span per seed (tokens)", "delay gate"]
+    # the delays in the header when every configuration shares them, else in each cell (streams whose
+    # experiences differ in length have different learning delays)
+    shared = {(v[0].delay["learning"], v[0].delay["longest"]) for v in groups.values()}
+    learning, longest = next(iter(shared)) if len(shared) == 1 else (None, None)
+    head = ["configuration", "n", "score @ delay 0",
+            "@ learning delay" + (f" ({learning} tokens)" if learning is not None else ""),
+            "@ longest" + (f" ({longest} tokens)" if longest is not None else ""), "span per seed (tokens)", "delay gate"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(groups):
         runs = groups[key]
         cells = [key, str(len(runs))]
-        for where in (0, runs[0].delay["learning"], runs[0].delay["longest"]):
-            cells.append(mean_interval([_curve_score(r, where) for r in runs]).format())
+        for i, where in enumerate((0, runs[0].delay["learning"], runs[0].delay["longest"])):
+            cell = mean_interval([_curve_score(r, where) for r in runs]).format()
+            cells.append(cell + (f" @ {where} tokens" if i and learning is None else ""))
         spans = [r.delay.get("span") for r in runs]
         last = [r.delay["curve"]["points"][-1]["delay"] for r in runs]
         cells.append(", ".join(f">{m}" if s is None else str(s) for s, m in zip(spans, last)))

@@ -109,6 +109,21 @@ def test_budget_partitions_pair_within_a_budget_and_the_delay_table_and_plot(stu
     assert (study / "results" / "budgets.png").stat().st_size > 1000
 
 
+def test_the_delay_table_says_each_rows_delays_when_configurations_differ():
+    """A stream whose experiences are longer has a later learning delay: one header cannot name both."""
+    from experiments.compare import delay_table, record_from_json
+
+    short = [_with_budget_and_curve(_run("ovq", s, [[1.0, 0.0], [0.9, 0.95]]), 1, 1000) for s in range(2)]
+    longer = [_with_budget_and_curve(_run("swa", s, [[1.0, 0.0], [0.9, 0.95]]), 1, 25) for s in range(2)]
+    for r in longer:
+        r["delay"] = {**r["delay"], "learning": 100, "longest": 200}
+    same = delay_table([record_from_json(r) for r in short])
+    assert "@ learning delay (50 tokens) | @ longest (200 tokens)" in same and "@ 50 tokens" not in same
+    mixed = delay_table([record_from_json(r) for r in short + longer])
+    assert "| @ learning delay | @ longest |" in mixed
+    assert "(2) @ 50 tokens" in mixed and "(2) @ 100 tokens" in mixed and "(2) @ 200 tokens" in mixed
+
+
 def test_records_are_gated_by_the_current_rule_from_their_stored_gates():
     from experiments.compare import learned_from_gates
 
