@@ -205,6 +205,10 @@ def test_a_non_finite_answer_makes_the_score_nan_not_the_mean_of_the_rest():
     # and the max-based forgetting does not answer by where a NaN stands among the earlier scores
     for R in ([[math.nan, 0.0], [0.5, 0.5]], [[0.5, 0.0, 0.0], [math.nan, 0.5, 0.0], [0.2, 0.2, 0.5]]):
         assert math.isnan(forgetting.forgetting_max(R, 0, len(R) - 1))
+    # an unmeasured cell (None, as the docstring allows) is NaN in every summary that reads it, not an error
+    holed = [[0.9, None], [None, 0.8]]
+    s = forgetting.summary(holed)
+    assert math.isnan(s["forgetting_max"]) and math.isnan(s["forgetting_learned"]) and math.isnan(s["final_average"])
 
 
 def test_episode_clustered_standard_error_known_answers():

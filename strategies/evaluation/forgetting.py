@@ -38,8 +38,16 @@ def _sign(higher_is_better: bool) -> float:
     return 1.0 if higher_is_better else -1.0
 
 
-def _mean(xs: List[float]) -> float:
-    return sum(xs) / len(xs) if xs else math.nan
+def _mean(xs: List[Optional[float]]) -> float:
+    """The mean; NaN when empty or when any value is unmeasured (None or NaN): a summary over a matrix
+    with a hole is not the summary of the cells that happen to be there."""
+    return sum(math.nan if x is None else x for x in xs) / len(xs) if xs else math.nan
+
+
+def _at(R: Matrix, j: int, i: int) -> float:
+    """R[j][i], NaN where it was not measured (None)."""
+    v = R[j][i]
+    return math.nan if v is None else float(v)
 
 
 def forgetting_max(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:
@@ -48,10 +56,10 @@ def forgetting_max(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> 
     if j <= i:
         return math.nan
     s = _sign(higher_is_better)
-    earlier = [s * R[l][i] for l in range(i, j)]
+    earlier = [s * _at(R, l, i) for l in range(i, j)]
     if any(math.isnan(x) for x in earlier):        # max() over a NaN depends on where it stands
         return math.nan
-    return max(earlier) - s * R[j][i]
+    return max(earlier) - s * _at(R, j, i)
 
 
 def forgetting_learned(R: Matrix, i: int, j: int, higher_is_better: bool = True) -> float:
@@ -59,7 +67,7 @@ def forgetting_learned(R: Matrix, i: int, j: int, higher_is_better: bool = True)
     ``ExperienceForgetting``): ``R[i][i] - R[j][i]`` (sign flipped for lower-is-better). NaN if j <= i."""
     if j <= i:
         return math.nan
-    return _sign(higher_is_better) * (R[i][i] - R[j][i])
+    return _sign(higher_is_better) * (_at(R, i, i) - _at(R, j, i))
 
 
 def average_forgetting_max(R: Matrix, j: Optional[int] = None, higher_is_better: bool = True) -> float:
