@@ -123,9 +123,9 @@ class RecipeRow:
                      else "half point moved but not every gate passed")
 
 
-def _half(r: compare.RunRecord, kind: str) -> float:
-    """inf: never halves up to the ladder's end; NaN: no curve, or no skill at 0 items (never "robust")."""
-    return compare.half_point(r, kind)
+#: a run's half point: inf when it never halves up to the ladder's end, NaN without a curve or without
+#: skill at 0 items (never "robust"); one definition, the tables'
+_half = compare.half_point
 
 
 def recalled_skill(r: compare.RunRecord) -> float:
@@ -225,7 +225,7 @@ def mixer_answers(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, str]]:
             out[mixer] = ("", "pending")
             continue
         undecided = next((t for letter, t in letters if letter == "?"), None)
-        if undecided is not None and not any(letter == "b" for letter, _ in letters):
+        if undecided is not None:
             out[mixer] = ("?", undecided)
             continue
         for wanted in ("b", "a", "c"):
@@ -255,12 +255,14 @@ def confirm_recipes(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, float]]:
     return out
 
 
-def confirm_grid(rows: Sequence[RecipeRow], by: str = "model.layers") -> str:
+def confirm_grid(rows: Sequence[RecipeRow], by: str = "model.layers",
+                 recipes: Optional[Dict[str, Tuple[str, float]]] = None) -> str:
     """The joint grid axis that gives each mixer its confirmatory recipe (:func:`confirm_recipes`), as
     ``ovq-cl sweep`` reads it: ``--grid 'model.layers&KEY&...=[mixer]&VALUE&...;...'``; '' unless every mixer
     with rows has a recipe and the recipes set the same keys. What the confirmatory study's command is
-    written from, so that no recipe is copied by hand."""
-    recipes = confirm_recipes(rows)
+    written from, so that no recipe is copied by hand. ``recipes``: :func:`confirm_recipes` of ``rows``
+    where the caller has it already."""
+    recipes = confirm_recipes(rows) if recipes is None else recipes
     mixers = list(dict.fromkeys(row.mixer for row in rows))
     if not mixers or set(recipes) != set(mixers):
         return ""
@@ -316,7 +318,7 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
         lines.append(f"- **{mixer}**: " + said + recipe)
     for mixer, why in mixers_without_rows(records, by, standard, treatment, rows).items():
         lines.append(f"- **{mixer}**: no answer: {why}")
-    grid = confirm_grid(rows, by)
+    grid = confirm_grid(rows, by, recipes)
     if grid:
         lines += ["", f"{'Provisional grid' if unwritten else 'Grid'} for the confirmatory re-run, by this rule: `{grid}`"]
     return "\n".join(lines)

@@ -147,12 +147,6 @@ def decision(cells: Sequence[RuleCell], streams: Sequence[str], seeds: int,
     short = [c for c in cells if c.comparison.n < seeds]
     mixed = [c for c in cells if c.versions > 1]
     untested = [c for c in cells if c.versions == 1 and c.untested]
-    if untested:
-        # the intersection-union p is the largest stream p: with one stream untested it is unknown, and
-        # max() over a NaN would answer by the order of the streams
-        return (f"undecided ({len(untested)} comparison(s) have no t-test: every pair differs by the same "
-                "amount)" if not (unwritten or missing or absent or short or mixed) else
-                "pending (and " + f"{len(untested)} comparison(s) without a t-test so far)"), None
     if unwritten or missing or absent or short or mixed:
         why = (f"not written yet: {', '.join(unwritten)}" if unwritten else
                f"no baseline runs yet on {', '.join(missing)}" if missing else
@@ -160,6 +154,11 @@ def decision(cells: Sequence[RuleCell], streams: Sequence[str], seeds: int,
                f"{len(mixed)} comparison(s) pair runs of different code versions" if mixed else
                f"{len(short)} comparison(s) have fewer than {seeds} pairs")
         return f"pending ({why})", None
+    if untested:
+        # the intersection-union p is the largest stream p: with one stream untested it is unknown, and
+        # max() over a NaN would answer by the order of the streams
+        return (f"undecided ({len(untested)} comparison(s) have no t-test: every pair differs by the same "
+                "amount)"), None
     tests = every_stream_p(cells, streams)
     passed = sorted((q, p, rule) for rule, (p, q) in tests.items() if q < ALPHA)
     if passed:

@@ -144,3 +144,6 @@ def test_a_stream_whose_pairs_all_differ_by_the_same_amount_leaves_the_decision_
         cells, (sentence, preset) = _decide(records)
         assert preset is None and sentence.startswith("undecided (1 comparison(s) have no t-test")
         assert next(c for c in cells if c.stream == "icr").outcome.startswith("no t-test")
+    # while the decision is pending anyway, the sentence keeps saying why
+    _, (sentence, _) = _decide(flat + clear, seeds=6)
+    assert sentence == "pending (2 comparison(s) have fewer than 6 pairs)"
