@@ -36,14 +36,14 @@ def _rebuild(name: str, options: Dict[str, object], metric: str) -> Optional[Tup
 
     from streams import stream_benchmark
     from streams.common import stack_items
+    from strategies.evaluation.gate import experience_chances as chances_of
     from strategies.evaluation.metrics import chance_score
 
     try:
         bench = stream_benchmark(name, options)
         labels = [stack_items(exp.dataset)[1] for exp in bench.test_stream]
         context = bench.info.metric_context
-        return ([chance_score(metric, y, context) for y in labels],
-                chance_score(metric, torch.cat(labels), context))
+        return chances_of(labels, metric, context), chance_score(metric, torch.cat(labels), context)
     except Exception:                                 # noqa: BLE001 - any failure means "cannot rebuild"
         return None
 
