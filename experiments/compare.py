@@ -226,9 +226,18 @@ def late_learning(r: RunRecord) -> float:
 
 
 def stopped_summary(runs: Sequence[RunRecord]) -> str:
-    """``"0/5"``, or ``"3/5 (from exp 1)"``: runs that stopped learning, and the earliest experience."""
-    at = [j for j in (stopped_learning_at(r) for r in runs) if j is not None]
-    return f"{len(at)}/{len(runs)}" + (f" (from exp {min(at)})" if at else "")
+    """``"0/5"``, or ``"3/5 (from exp 1)"``: runs that stopped learning, and the earliest experience.
+    A run whose learning scores cannot be read against chance (no R matrix or no stream chance, e.g. a
+    record rebuilt from MLflow's latest metric values) is unmeasured, never counted as "did not stop":
+    ``"1/3 (from exp 2; 2 unmeasured)"``, or ``"unmeasured"`` when no run is measured."""
+    measured = [r for r in runs if any(not math.isnan(s) for s in experience_skills(r))
+                and not math.isnan(r.stream_threshold)]
+    unmeasured = len(runs) - len(measured)
+    if runs and not measured:
+        return "unmeasured"
+    at = [j for j in (stopped_learning_at(r) for r in measured) if j is not None]
+    notes = ([f"from exp {min(at)}"] if at else []) + ([f"{unmeasured} unmeasured"] if unmeasured else [])
+    return f"{len(at)}/{len(measured)}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def record_from_result(result) -> RunRecord:
