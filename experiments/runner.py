@@ -543,7 +543,9 @@ def stream_delays(run: ResolvedRun) -> Dict[str, int]:
     """The delays (tokens per lane) the stream tests: ``learning``, one experience's tokens (the most a
     fact waits for its test in the experience that teaches it), and ``longest``, all experiences'."""
     lanes, bench = run.config.strategy.train_mb_size, run.bench
-    per_exp = [math.ceil(len(exp.dataset) / lanes) * bench.info.seq_len for exp in bench.train_stream]
+    # training drops a last partial minibatch (every lane continues its own stream), so an experience
+    # streams floor(episodes / lanes) episodes per lane
+    per_exp = [len(exp.dataset) // lanes * bench.info.seq_len for exp in bench.train_stream]
     return {"learning": max(per_exp), "longest": sum(per_exp), "episode": bench.info.seq_len}
 
 

@@ -195,6 +195,16 @@ def test_the_runner_measures_the_delay_curve_and_gates_on_it_when_asked(tmp_path
     assert math.isfinite(d["gate"]["skill"])
 
 
+def test_the_stream_delays_count_only_the_episodes_training_streams():
+    from types import SimpleNamespace
+
+    from experiments.runner import stream_delays
+    exps = [SimpleNamespace(dataset=[0] * n) for n in (9, 8, 11)]      # 9 and 11 leave a partial minibatch
+    run = SimpleNamespace(config=SimpleNamespace(strategy=SimpleNamespace(train_mb_size=4)),
+                          bench=SimpleNamespace(train_stream=exps, info=SimpleNamespace(seq_len=10)))
+    assert stream_delays(run) == {"learning": 20, "longest": 60, "episode": 10}   # 2 episodes per lane each
+
+
 def test_the_cli_prints_the_delay_curve_and_every_gate(tmp_path, capsys):
     import yaml
 
