@@ -740,11 +740,16 @@ def matching_groups(groups: Dict[str, List[RunRecord]], pattern: str) -> List[st
     MIXERS ``*`` matches any mixers (the params decide)."""
     if pattern in groups:
         return [pattern]
+    return sorted(k for k, runs in groups.items() if params_match(runs[0].params, pattern))
+
+
+def params_match(params: Dict[str, str], pattern: str) -> bool:
+    """Whether one configuration's params (as logged) match a pattern ``"MIXERS | KEY=VALUE, ..."`` of
+    :func:`matching_groups` (a bare configuration name matches nothing here)."""
     mixers, _, conditions = (part.strip() for part in pattern.partition("|"))
     wanted = dict(c.strip().split("=", 1) for c in conditions.split(",") if c.strip())
-    return sorted(k for k, runs in groups.items()
-                  if (mixers == "*" or "+".join(_layers(runs[0].params.get("model.layers", ""))) == mixers)
-                  and all(runs[0].params.get(key) == value for key, value in wanted.items()))
+    return ((mixers == "*" or "+".join(_layers(params.get("model.layers", ""))) == mixers)
+            and all(params.get(key) == value for key, value in wanted.items()))
 
 
 def capacity_of(r: RunRecord) -> Tuple[Optional[int], bool]:

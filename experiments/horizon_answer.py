@@ -21,12 +21,22 @@ the replicates (seed of model and data) both ran:
 
 The answer per row: **(b)** "how it was trained" when it passes its gates, its half point moved and its
 final average is not below the standard's; **(a)** "the update rule" when it learns the long task and
-neither the half point moved nor the final average rose; **(c)** otherwise, with the reason; **undecided**
-when every pair's final average differs by the same amount (no t-test can be made, so neither "not
-below" nor "did not rise" is known). A mixer's
+neither the half point nor the final average moved (a final average that fell is a move: (c));
+**(c)** otherwise, with the reason: among them, the standard recipe never halves within the ladder
+("nothing to move": the question is about memories that lose facts to interference), or some seed has
+no half point at all (no recall of the probe's facts at 0 items), which is never read as "moved" or
+"still"; **undecided** when every pair's final average differs by the same amount (no t-test can be
+made, so neither "not below" nor "did not move" is known). (b) does not require learning the long task
+(the declared text does not: passing the gates and moving the half point is the evidence). A mixer's
 answer is (b) if some treatment gives (b), else (a) if some gives (a), else (c). A row is decided only
-when every replicate of the standard has its treatment pair ("pending" before). The budget rule: a
-treatment rerun with more meta-training steps (it was "still improving") replaces the shorter one.
+when every replicate of the standard has its treatment pair ("pending" before).
+
+The budget rule: a configuration rerun with more meta-training steps (it was "still improving")
+replaces the shorter one, the standard recipe's too; a row whose treatment or standard is still
+improving below the declared rerun budget is pending until its rerun is read, so no answer and no
+recipe is read off a row the study will replace. Runs are deduplicated first
+(:func:`experiments.compare.deduplicated`), and a row that would pair runs of two code versions is
+refused, as the verdict refuses them.
 """
 from __future__ import annotations
 
@@ -34,7 +44,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from experiments import compare
+from experiments import compare, plateau
 from experiments.intervals import holm, paired_comparison
 
 #: the declared thresholds (study 17): skill on recalled answers for "learns the long task", the level
@@ -62,12 +72,20 @@ class RecipeRow:
     seeds: int = 0                      # the declared pairs a row needs (0: every standard replicate)
     p_holm: float = math.nan
     recipe: Dict[str, str] = field(default_factory=dict)   # what tells the treatments apart: {full key: value}
+    params: Dict[str, str] = field(default_factory=dict)   # the treatment's relevant params (as logged)
+    awaits: str = ""                    # why the budget rule will replace this row ('' when it will not)
+    refused: str = ""                   # why its pairs cannot be read ('' when they can)
 
     @property
     def decided(self) -> bool:
         # every standard replicate has its pair, and at least the declared seeds (a standard whose own
         # seeds are not all in yet must not decide a row with fewer pairs than declared)
         return self.n_pairs >= max(2, self.seeds) and self.n_pairs == self.n_standard
+
+    @property
+    def is_final(self) -> bool:
+        """Decided, and nothing the study still runs will replace or refuse it."""
+        return self.decided and not self.awaits and not self.refused
 
     @property
     def learns_long_task(self) -> bool:
@@ -82,14 +100,20 @@ class RecipeRow:
         return bool(self.halves) and all(math.isinf(s) for s, _ in self.halves)
 
     @property
+    def half_unknown(self) -> bool:
+        """Some pair has no half point (no curve, or no recall of the probe's facts at 0 items): "on every
+        seed" cannot be read on the seeds that have one."""
+        return any(math.isnan(x) for pair in self.halves for x in pair)
+
+    @property
     def half_moved(self) -> bool:
         # a pair where neither recipe halves within the ladder says nothing about moving beyond
         said = [(s, t) for s, t in self.halves if not (math.isinf(s) and math.isinf(t))]
-        return bool(said) and all(t > s for s, t in said)
+        return not self.half_unknown and bool(said) and all(t > s for s, t in said)
 
     @property
     def half_still(self) -> bool:
-        return bool(self.halves) and all(t <= s for s, t in self.halves)
+        return not self.half_unknown and bool(self.halves) and all(t <= s for s, t in self.halves)
 
     @property
     def final_direction(self) -> str:
@@ -100,25 +124,37 @@ class RecipeRow:
         return "above" if self.final.mean_difference > 0 else "below"
 
     def answer(self) -> Tuple[str, str]:
-        """(letter, reason); letter '' while pending."""
+        """(letter, reason); letter '' while pending (pairs missing, or a rerun the budget rule will read
+        instead) or refused."""
+        if self.refused:
+            return "", f"refused: {self.refused}"
         if not self.decided:
             return "", f"pending ({self.n_pairs} of {max(self.n_standard, self.seeds)} pairs)"
+        letter, reason = self._rule()
+        if self.awaits:
+            return "", f"pending: {self.awaits} (so far {ANSWERS.get(letter, 'undecided')})"
+        return letter, reason
+
+    def _rule(self) -> Tuple[str, str]:
+        """The declared rule on a row with every pair."""
         if self.nothing_to_move:
             return "c", "the standard recipe never halves within the ladder: nothing to move"
         if self.final_direction == "no t-test":
             # "not below" / "did not rise" are what the declared test says; with no test neither is known
             return "?", ("undecided: every pair's final average differs by the same amount "
                          f"({self.final.mean_difference:+.3f}), so the declared t-test cannot be made")
+        if self.half_unknown:
+            return "c", "no half point on some seed (no recall of the probe's facts at 0 items, or no curve)"
         if self.passes_gates and self.half_moved and self.final_direction != "below":
             return "b", "passes its gates, half point moved on every seed, final average not below"
-        if self.learns_long_task and self.half_still and self.final_direction != "above":
+        if self.learns_long_task and self.half_still and self.final_direction == "no difference":
             return "a", "learns the long task; neither the half point nor the final average moved"
         if not self.learns_long_task:
             return "c", "does not learn the long task within the budget: rule and training not separated"
         if not (self.half_moved or self.half_still):
             return "c", "the half point moved on some seeds only"
         if self.half_still:
-            return "c", "the final average rose without the half point moving"
+            return "c", f"the final average {'rose' if self.final_direction == 'above' else 'fell'} without the half point moving"
         return "c", ("half point moved but the final average fell" if self.final_direction == "below"
                      else "half point moved but not every gate passed")
 
@@ -151,51 +187,102 @@ def _standards(groups: Dict[str, List[compare.RunRecord]], standard: str) -> Lis
     return _longest_budgets(compare.matching_groups(groups, standard), groups)
 
 
+def _steps(runs: Sequence[compare.RunRecord]) -> float:
+    return float(runs[0].params.get(STEPS, 0))
+
+
+def _awaits(runs: Sequence[compare.RunRecord], rerun_budget: Optional[float], what: str) -> str:
+    """Why the budget rule will run ``runs``' configuration again ('' when it will not): it is still
+    improving (:func:`experiments.plateau.still_improving`) at fewer steps than the declared rerun budget."""
+    if rerun_budget is None or _steps(runs) >= rerun_budget or not plateau.still_improving(runs):
+        return ""
+    return f"{what} still improving at {_steps(runs):.0f} steps: the budget rule reads its {rerun_budget:.0f}-step rerun"
+
+
+def _check_budget_pairs(mixer: str, keys: Sequence[str], groups: Dict[str, List[compare.RunRecord]]) -> None:
+    """A clear error where two treatments of one mixer differ in the steps and otherwise only in params one
+    of them does not log (e.g. a rerun by newer code): the budget rule cannot tell whether one is the
+    other's rerun, and the shorter might decide a row the longer replaces."""
+    # a param a run does not log has its known absent value where there is one (no retention loss: 0.0)
+    params = [{**compare.ABSENT_VALUES, **compare.relevant_params(groups[k][0].params)} for k in keys]
+    for i in range(len(keys)):
+        for j in range(i + 1, len(keys)):
+            a, b = params[i], params[j]
+            differ = {k for k in set(a) | set(b)
+                      if a.get(k) != b.get(k) and not compare._is_seed_or_bookkeeping(k)}
+            one_sided = {k for k in differ if (k in a) != (k in b)}
+            if STEPS in differ and one_sided and differ - one_sided == {STEPS}:
+                raise ValueError(f"{mixer}: treatments {keys[i]!r} and {keys[j]!r} differ in {STEPS} and in params only "
+                                 f"one logs ({', '.join(sorted(one_sided))}): is one the other's rerun? (the budget rule "
+                                 "cannot tell; run both by one code version)")
+
+
 def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
-                kind: str = "other_region", seeds: int = 0) -> List[RecipeRow]:
+                kind: str = "other_region", seeds: int = 0, rerun_budget: Optional[float] = None) -> List[RecipeRow]:
     """The rows of the answer: per value of ``by`` (the mixer), every configuration matching ``treatment``
     against the one matching ``standard`` (patterns as :func:`experiments.compare.find_group`), each read
     at its longest budget (the budget rule), Holm over all rows' final-average tests. A mixer without one
-    standard or without a treatment has no rows (:func:`answer_table` names it)."""
+    standard or without a treatment has no rows (:func:`answer_table` names it).
+
+    Records go through :func:`compare.deduplicated` first (a run repeated counts once; a configuration run
+    by two code versions is two configurations). A row whose pairs join runs of different code versions is
+    refused. ``rerun_budget``: the steps the declared budget rule reruns a still-improving configuration at;
+    a row whose treatment or standard is still improving below it awaits that rerun (pending)."""
+    records, _ = compare.deduplicated(records)
     rows: List[RecipeRow] = []
-    treatment_params: List[Dict[str, str]] = []
     mixers = sorted({r.params.get(by) for r in records if r.params.get(by) is not None})
     for mixer in mixers:
         groups = compare.group_records(r for r in records if r.params.get(by) == mixer)
         standards = _standards(groups, standard)
         if len(standards) != 1:
             continue
-        treatments = set(_longest_budgets([k for k in compare.matching_groups(groups, treatment) if k != standards[0]],
-                                          groups))
+        treatments = _longest_budgets([k for k in compare.matching_groups(groups, treatment) if k != standards[0]],
+                                      groups)
+        _check_budget_pairs("+".join(compare._layers(mixer)) or mixer, treatments, groups)
+        standard_awaits = _awaits(groups[standards[0]], rerun_budget, "the standard recipe is")
         for key, pairs in compare._pairs_against(groups, standards[0]):
             if key not in treatments:
                 continue
             final = paired_comparison([t.summary.get("final_average", math.nan) for t, _ in pairs],
                                       [s.summary.get("final_average", math.nan) for _, s in pairs])
-            halves = [(_half(s, kind), _half(t, kind)) for t, s in pairs]
+            versions = sorted({(t.code_version or "not recorded", s.code_version or "not recorded")
+                               for t, s in pairs if t.code_version != s.code_version})
             rows.append(RecipeRow(
                 mixer="+".join(compare._layers(mixer)) or mixer, treatment=key,
                 n_pairs=len(pairs), n_standard=len(groups[standards[0]]),
                 recalled_skill=[recalled_skill(t) for t in groups[key]], learned=[t.learned for t in groups[key]],
-                halves=[h for h in halves if not any(math.isnan(x) for x in h)], final=final, seeds=seeds))
-            treatment_params.append(compare.relevant_params(groups[key][0].params))
-    # name each treatment by what tells the treatments apart (e.g. the retention loss), not by all it
-    # changes against the standard recipe (the study's setup says that)
-    keys = [k for k in compare._varying(treatment_params) if k != by and compare._mixer_of_option(k) is None]
-    for row, params in zip(rows, treatment_params):
-        row.recipe = {k: str(params.get(k, compare.ABSENT_VALUES.get(k))) for k in keys
-                      if k in params or k in compare.ABSENT_VALUES}
-        row.treatment = ", ".join(f"{compare._short(k)}={v}" for k, v in row.recipe.items()) or "treatment"
+                halves=[(_half(s, kind), _half(t, kind)) for t, s in pairs], final=final, seeds=seeds,
+                params=compare.relevant_params(groups[key][0].params),
+                awaits=_awaits(groups[key], rerun_budget, "it is") or standard_awaits,
+                refused="; ".join(f"pairs a run of {t} with one of {s} (the same code is needed)" for t, s in versions)))
+    _name_treatments(rows, by)
     tested = [i for i, row in enumerate(rows) if row.final.n >= 2 and not math.isnan(row.final.p_t)]
     for i, p in zip(tested, holm([rows[i].final.p_t for i in tested])):
         rows[i].p_holm = p
     return rows
 
 
+def _name_treatments(rows: Sequence[RecipeRow], by: str) -> None:
+    """Name each treatment by what tells the treatments apart (e.g. the retention loss), not by all it
+    changes against the standard recipe (the study's setup says that); the options of the mixers join
+    the name only where two treatments of one mixer would otherwise share one."""
+    varying = [k for k in compare._varying([row.params for row in rows]) if k != by]
+    for with_options in (False, True):
+        keys = [k for k in varying if with_options or compare._mixer_of_option(k) is None]
+        for row in rows:
+            row.recipe = {k: str(row.params.get(k, compare.ABSENT_VALUES.get(k))) for k in keys
+                          if k in row.params or k in compare.ABSENT_VALUES}
+            row.treatment = ", ".join(f"{compare._short(k)}={v}" for k, v in row.recipe.items()) or "treatment"
+        names = [(row.mixer, row.treatment) for row in rows]
+        if len(set(names)) == len(names):
+            return
+
+
 def mixers_without_rows(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
                         rows: Sequence[RecipeRow]) -> Dict[str, str]:
     """{mixer: why it has no row}: no single standard configuration to pair against (none, or several
     left after the budget rule), or no configuration of the treatment."""
+    records, _ = compare.deduplicated(records)      # as recipe_rows reads them
     out = {}
     for mixer in sorted({r.params.get(by) for r in records if r.params.get(by) is not None}):
         name = "+".join(compare._layers(mixer)) or mixer
@@ -240,13 +327,13 @@ def confirm_recipes(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, float]]:
     """Per mixer, the treatment its confirmatory re-run uses (study 23, declared before study 17's seeds 1-2
     were read): the one with the highest final average, paired against the same standard, so the largest
     mean difference (higher is better: study 17's endpoint is recall); ties go to the first listed. Only
-    mixers whose every row is decided appear, and a row without a difference (NaN) is never chosen. Every
+    mixers whose every row is final (decided, awaiting no rerun, not refused) appear, and a row without a difference (NaN) is never chosen. Every
     mixer is given its own best recipe by the same rule. The rows are study 17's own (seeds 0-2): study
     23's runs, on seeds 3-12, are in another study's records and never choose."""
     out: Dict[str, Tuple[str, float]] = {}
     for mixer in dict.fromkeys(row.mixer for row in rows):
         mine = [row for row in rows if row.mixer == mixer]
-        if not mine or not all(row.decided for row in mine):
+        if not mine or not all(row.is_final for row in mine):
             continue
         scored = [row for row in mine if not math.isnan(row.final.mean_difference)]
         if scored:
@@ -256,38 +343,48 @@ def confirm_recipes(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, float]]:
 
 
 def confirm_grid(rows: Sequence[RecipeRow], by: str = "model.layers",
-                 recipes: Optional[Dict[str, Tuple[str, float]]] = None) -> str:
+                 recipes: Optional[Dict[str, Tuple[str, float]]] = None, without_rows: Sequence[str] = ()) -> str:
     """The joint grid axis that gives each mixer its confirmatory recipe (:func:`confirm_recipes`), as
-    ``ovq-cl sweep`` reads it: ``--grid 'model.layers&KEY&...=[mixer]&VALUE&...;...'``; '' unless every mixer
-    with rows has a recipe and the recipes set the same keys. What the confirmatory study's command is
-    written from, so that no recipe is copied by hand. ``recipes``: :func:`confirm_recipes` of ``rows``
-    where the caller has it already."""
+    ``ovq-cl sweep`` reads it: ``--grid 'model.layers&KEY&...=[mixer]&VALUE&...;...'``. Its keys are those that
+    tell the treatments apart and always ``meta_train.steps`` (a recipe is read at its budget, and a base
+    config's default is not the treatment's), each mixer's values its chosen row's own params. '' unless
+    every mixer has a recipe (``without_rows``: mixers with records but no row, which have none). What the
+    confirmatory study's command is written from, so that no recipe is copied by hand. ``recipes``:
+    :func:`confirm_recipes` of ``rows`` where the caller has it already."""
     recipes = confirm_recipes(rows) if recipes is None else recipes
     mixers = list(dict.fromkeys(row.mixer for row in rows))
-    if not mixers or set(recipes) != set(mixers):
+    if not mixers or without_rows or set(recipes) != set(mixers):
         return ""
-    chosen = {m: next(row.recipe for row in rows if row.mixer == m and row.treatment == recipes[m][0]) for m in mixers}
-    keys = list(next(iter(chosen.values())))
-    if not keys or any(list(recipe) != keys for recipe in chosen.values()):
+    chosen = {m: next(row for row in rows if row.mixer == m and row.treatment == recipes[m][0]) for m in mixers}
+    keys = list(dict.fromkeys([k for row in chosen.values() for k in row.recipe] + [STEPS]))
+
+    def value(row, key):
+        return row.params.get(key, compare.ABSENT_VALUES.get(key))
+
+    if any(value(row, k) is None for row in chosen.values() for k in keys):
         return ""
-    values = ";".join("&".join([f"[{m.replace('+', ',')}]", *(chosen[m][k] for k in keys)]) for m in mixers)
+    values = ";".join("&".join([f"[{m.replace('+', ',')}]", *(str(value(chosen[m], k)) for k in keys)]) for m in mixers)
     return f"--grid '{'&'.join([by, *keys])}={values}'"
 
 
 def _halves_cell(halves: Sequence[Tuple[float, float]], ladder_end: str) -> str:
     def f(x):
-        return ladder_end if math.isinf(x) else f"{x:.0f}"
+        return "n/a" if math.isnan(x) else ladder_end if math.isinf(x) else f"{x:.0f}"
     return ", ".join(f"{f(s)}→{f(t)}" for s, t in halves) or "-"
 
 
 def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, treatment: str,
-                 kind: str = "other_region", unwritten: Sequence[str] = (), seeds: int = 0) -> str:
+                 kind: str = "other_region", unwritten: Sequence[str] = (), seeds: int = 0,
+                 rerun_budget: Optional[float] = None) -> str:
     """The declared rule's table (one row per mixer and treatment) and one line per mixer with its answer.
 
     ``unwritten``: the study's declared sweeps not finished yet. Their runs may be the budget rule's
     longer reruns, which replace rows here, so while any is missing the table says it is provisional and
     so does every recipe line (a recipe read too early would be copied into a declared study)."""
-    rows = recipe_rows(records, by, standard, treatment, kind, seeds)
+    try:
+        rows = recipe_rows(records, by, standard, treatment, kind, seeds, rerun_budget)
+    except ValueError as e:
+        return f"(no answer: {e})"
     if not rows:
         return ""
     ends = sorted({p["items"] for r in records for p in ((r.interference or {}).get("curves") or {}).get(kind, [])})
@@ -316,9 +413,10 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
         said = ("pending" if not letter else f"undecided (no t-test for {where})" if letter == "?" else
                 f"{ANSWERS[letter]} ({'so far from' if unwritten and letter != 'b' else 'decided by'} {where})")
         lines.append(f"- **{mixer}**: " + said + recipe)
-    for mixer, why in mixers_without_rows(records, by, standard, treatment, rows).items():
+    without_rows = mixers_without_rows(records, by, standard, treatment, rows)
+    for mixer, why in without_rows.items():
         lines.append(f"- **{mixer}**: no answer: {why}")
-    grid = confirm_grid(rows, by, recipes)
+    grid = confirm_grid(rows, by, recipes, list(without_rows))
     if grid:
         lines += ["", f"{'Provisional grid' if unwritten else 'Grid'} for the confirmatory re-run, by this rule: `{grid}`"]
     return "\n".join(lines)

@@ -28,6 +28,9 @@ from omegaconf import OmegaConf
 
 from experiments import compare
 from experiments.intervals import holm
+from experiments.plateau import GAIN_SHARE, PLATEAU_GAIN, last_quarter_gains
+from experiments.plateau import meta_rows as _meta_rows
+from experiments.plateau import steps_to_gain_share as _steps_to_gain_share
 from experiments.study_specs import StudySpec, all_studies
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -423,41 +426,6 @@ def frontier_table(records: List[compare.RunRecord]) -> str:
     return "\n".join(lines)
 
 
-#: the plateau rule of the meta-training table: the metric moved by less than this over the last quarter
-#: of the steps (in the direction of better), fixed before any long-horizon run (issue 29)
-PLATEAU_GAIN = 0.01
-
-
-def _meta_rows(runs: List[compare.RunRecord], column: Optional[str] = None):
-    """The logged meta-training rows shared by ``runs`` (the steps every run logged): [(step, [value per
-    run])] of ``column`` (default: the metric), and the metric."""
-    metric = runs[0].metric
-    column = column or metric
-    by_step: Dict[int, List[float]] = {}
-    for r in runs:
-        for row in r.meta_history:
-            if column in row:
-                by_step.setdefault(int(row["step"]), []).append(float(row[column]))
-    return [(s, v) for s, v in sorted(by_step.items()) if len(v) == len(runs)], metric
-
-
-#: where a learning curve flattens: the first logged step by which a seed has made this share of its gain
-GAIN_SHARE = 0.95
-
-
-def _steps_to_gain_share(rows, sign: float, share: float = GAIN_SHARE) -> List[int]:
-    """Per run (the columns of :func:`_meta_rows`' rows): the first logged step at which the metric has made
-    ``share`` of its change from the first logged step to the last, in the better direction (``sign``);
-    the first step where the curve never gained."""
-    first, last = rows[0][1], rows[-1][1]
-    out = []
-    for i in range(len(first)):
-        gain = sign * (last[i] - first[i])
-        out.append(rows[0][0] if gain <= 0 else
-                   next(step for step, values in rows if sign * (values[i] - first[i]) >= share * gain))
-    return out
-
-
 def meta_training_table(records: List[compare.RunRecord]) -> str:
     """Per configuration: meta-training's steps, its metric on the last logged training batches (mean and
     range over seeds) and the change over the last quarter of the steps, in the better direction, with
@@ -475,8 +443,7 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
             continue
         sign = 1.0 if higher_is_better(metric) else -1.0
         last_step, last = rows[-1]
-        earlier = [r for r in rows if r[0] <= 0.75 * last_step] or rows[:1]
-        gains = [sign * (b - a) for a, b in zip(earlier[-1][1], last)]
+        gains = last_quarter_gains(runs)
         verdict = "plateau" if max(gains) < PLATEAU_GAIN else "still improving"
         recalled, _ = _meta_rows(runs, f"{metric}_recalled")
         end = recalled[-1][1] if recalled and recalled[-1][0] == last_step else None
@@ -795,9 +762,11 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                   "test, Holm over the rules):", "", table or "(no pairs yet)", ""]
     elif spec.answer:
         from experiments import horizon_answer
+        # only sweeps that run configurations the answer reads hold it (not, e.g., probes at other budgets)
+        unwritten = unfinished_sweeps(spec, root or PROJECT_DIR, [spec.within_baseline, spec.answer_treatment])
         table = horizon_answer.answer_table(records, spec.within, spec.within_baseline, spec.answer_treatment,
-                                            unwritten=unfinished_sweeps(spec, root or PROJECT_DIR),
-                                            seeds=spec.answer_seeds)
+                                            unwritten=unwritten, seeds=spec.answer_seeds,
+                                            rerun_budget=spec.budget_rerun)
         parts += [f"The declared answer (`{spec.answer}`, applied by `experiments/horizon_answer.py`: per mixer, each "
                   f"configuration matching `{spec.answer_treatment}` against `{spec.within_baseline}`, paired over seeds, "
                   "Holm over the rows):", "", table or "(no pairs yet)", ""]
@@ -807,7 +776,7 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     return "\n".join(parts)
 
 
-def unfinished_sweeps(spec, root: str) -> List[str]:
+def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str]:
     """The study's declared sweeps whose result file holds fewer runs than the sweep's grid has (not started,
     or some runs still to come): "results/x.json (2 of 6 runs)"; and every declared result file that no
     sweep of the study writes and that does not exist. A file written as runs finish exists long before
@@ -818,7 +787,11 @@ def unfinished_sweeps(spec, root: str) -> List[str]:
     record merged twice is one run, and runs of another code version do not finish a sweep they cannot be
     paired with. A file that cannot be read is said, not skipped. A sweep whose missing runs another declared
     sweep makes (a session ended mid-sweep) is finished once those records are merged into its file
-    (``ovq-cl merge``), as the pieces of a sweep run in parallel are."""
+    (``ovq-cl merge``), as the pieces of a sweep run in parallel are.
+
+    ``patterns`` (:func:`compare.params_match`'s): only sweeps with a run that matches one of them count (a
+    table that reads those configurations waits for nothing else); a sweep whose runs cannot be expanded
+    here (an unknown config file, an override this code rejects) counts, so nothing is left out unseen."""
     from experiments.arguments import build_parser, parse_args
     from experiments.sweep import parse_grid
 
@@ -834,6 +807,8 @@ def unfinished_sweeps(spec, root: str) -> List[str]:
             expected *= len(values)
         path = os.path.normpath(os.path.join(args.out, args.name + ".json"))
         written.add(path)
+        if patterns and not _sweep_matches(args, root, patterns):
+            continue
         try:
             with open(os.path.join(root, path)) as f:
                 records = json.load(f)
@@ -853,6 +828,19 @@ def unfinished_sweeps(spec, root: str) -> List[str]:
         if os.path.normpath(path) not in written and not os.path.exists(os.path.join(root, path)):
             out.append(f"{path} (not written)")
     return out
+
+
+def _sweep_matches(args, root: str, patterns: Sequence[str]) -> bool:
+    """Whether some run of a parsed sweep command matches one of ``patterns`` (True when its runs cannot
+    be expanded here)."""
+    from experiments.sweep import expand, parse_grid
+    from experiments.tracking.params import flatten_config
+
+    try:
+        configs = expand(os.path.join(root, args.config), args.overrides, parse_grid(args.grid), plugins=getattr(args, "plugin", []))
+    except Exception:          # noqa: BLE001 - any failure to expand: counted, never skipped
+        return True
+    return any(compare.params_match(flatten_config(c), p) for c in configs for p in patterns)
 
 
 VERDICT_FILE = os.path.join(os.path.dirname(__file__), "verdict.yaml")

@@ -47,6 +47,8 @@ class StudySpec:
                                                          # mixer, one line per configuration, with a plateau table
     budget_rule: Optional[str] = None                    # a numeric param (e.g. meta_train.steps): of configurations
                                                          # that differ only in it, the paired tables read the largest
+    budget_rerun: Optional[float] = None                 # the budget the rule reruns a still-improving configuration
+                                                         # at (declared with it): the answer waits for those reruns
     curves: Optional[str] = None                         # a plot of the capacity, interference and position curves,
                                                          # one line per configuration (mean and 95% band over seeds)
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
@@ -89,6 +91,8 @@ def load_study(name: str) -> StudySpec:
             raise ValueError(f"study {name}: answer {spec.answer!r} needs baseline, partition and answer_seeds >= 2")
         if spec.answer == "training_or_rule" and not (spec.within and spec.within_baseline and spec.answer_treatment):
             raise ValueError(f"study {name}: answer {spec.answer!r} needs within, within_baseline and answer_treatment")
+    if spec.budget_rerun is not None and not (spec.budget_rule and spec.budget_rerun > 0):
+        raise ValueError(f"study {name}: budget_rerun needs a budget_rule and a positive budget, got {spec.budget_rerun!r}")
     return spec
 
 

@@ -16,7 +16,7 @@ def _record(mixer, episodes, seed, final, half, recalled=0.9, learned=True, chan
     return compare.RunRecord(
         label=f"{mixer}-{episodes}-s{seed}", metric="accuracy", summary={"final_average": final},
         params={"model.layers": f"['{mixer}']", "stream.options.meta_sequence_episodes": str(episodes),
-                "model.state_budget": "67840"},
+                "model.state_budget": "67840", "meta_train.steps": "400" if episodes == 4 else "1000"},
         seed=seed, data_seed=seed, learned=learned, gate_chance=chance,
         interference={"curves": {"other_region": curve}, "half_items": {"other_region": half}},
         meta_history=[{"step": 500, "accuracy": 0.5, "accuracy_recalled": 0.1},
@@ -195,7 +195,8 @@ def test_while_a_declared_rerun_is_unwritten_the_answer_and_its_recipes_are_prov
     assert "; provisional recipe for the confirmatory re-run: " in early
     # the rows themselves are the same: only what they may become is said
     # a (b) stays "decided by" (no rerun can undo it); only the recipe may still change
-    assert early.split("\n", 2)[2] == final.replace("; recipe", "; provisional recipe")
+    assert early.split("\n", 2)[2] == final.replace("; recipe", "; provisional recipe").replace(
+        "\nGrid for", "\nProvisional grid for")
 
 
 def test_a_sweep_is_unfinished_until_its_file_holds_every_run_of_its_grid(tmp_path):
@@ -238,6 +239,28 @@ def test_a_sweep_is_read_as_the_cli_reads_it_and_every_declared_file_is_checked(
     assert report.unfinished_sweeps(Spec, str(tmp_path))[0] == "results/b.json (unreadable: JSONDecodeError)"
 
 
+def test_only_sweeps_that_run_what_a_table_reads_hold_it(tmp_path):
+    """With patterns, a sweep counts only if one of its runs matches them (a probe at another budget does
+    not hold study 17's answer); a sweep whose runs cannot be expanded here counts."""
+    import os
+
+    from experiments import report
+    config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "configs",
+                          "icr_budget.yaml")
+
+    class Spec:
+        commands = [f"ovq-cl sweep {config} --grid 'model.state_budget=16960;271360' --grid 'seed=0;1' --name probes --out results",
+                    f"ovq-cl sweep {config} model.state_budget=67840 stream.options.meta_sequence_episodes=32 "
+                    "--grid 'seed=0;1' --name long --out results",
+                    "ovq-cl sweep missing.yaml --name elsewhere --out results"]
+        results = ["results/probes.json", "results/long.json", "results/elsewhere.json"]
+    (tmp_path / "results").mkdir()
+    everything = ["results/probes.json (0 of 4 runs)", "results/long.json (0 of 2 runs)", "results/elsewhere.json (0 of 1 runs)"]
+    assert report.unfinished_sweeps(Spec, str(tmp_path)) == everything
+    assert report.unfinished_sweeps(Spec, str(tmp_path), ["* | stream.options.meta_sequence_episodes=32"]) == everything[1:]
+    assert report.unfinished_sweeps(Spec, str(tmp_path), ["* | model.state_budget=16960"]) == everything[::2]
+
+
 def test_a_final_average_that_moves_by_the_same_amount_on_every_seed_is_undecided():
     """Equal differences on every pair have no t-test: the declared "not below" / "did not rise" is unknown,
     so the row is neither (b) nor (a), and the mixer is undecided unless another treatment gives (b)."""
@@ -267,10 +290,11 @@ def test_the_confirmatory_grid_is_written_from_the_recipes_not_by_hand():
             records.append(r)
     rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
     grid = horizon_answer.confirm_grid(rows)
-    assert grid == "--grid 'model.layers&meta_train.retention_loss=[delta]&1.0;[ssm]&0.0'"
+    # the steps always (a recipe is read at its budget; the study's base config would set its own)
+    assert grid == "--grid 'model.layers&meta_train.retention_loss&meta_train.steps=[delta]&1.0&1000;[ssm]&0.0&1000'"
     from experiments.sweep import parse_grid
     assert parse_grid([grid.split(" ", 1)[1].strip("'")]) == {                 # as the sweep command reads it
-        "model.layers&meta_train.retention_loss": ["[delta]&1.0", "[ssm]&0.0"]}
+        "model.layers&meta_train.retention_loss&meta_train.steps": ["[delta]&1.0&1000", "[ssm]&0.0&1000"]}
     table = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
     assert table.endswith(f"Grid for the confirmatory re-run, by this rule: `{grid}`")
     early = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG, unwritten=["results/x.json (0 of 3 runs)"])
@@ -285,3 +309,87 @@ def test_a_row_waits_for_the_declared_seeds_even_when_the_standard_has_fewer():
     assert horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)[0].answer()[0] == "b"
     row = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG, seeds=3)[0]
     assert row.answer() == ("", "pending (2 of 3 pairs)")
+
+
+def _history(records, values, steps=(500, 750, 1000)):
+    """Give ``records`` a meta-training curve through ``values`` at ``steps`` (the last ``steps`` is theirs)."""
+    for r in records:
+        r.meta_history = [{"step": st, "accuracy": v, "accuracy_recalled": 0.9} for st, v in zip(steps, values)]
+    return records
+
+
+def test_a_row_the_budget_rule_will_replace_is_pending_and_gives_no_answer_or_recipe():
+    """A treatment still improving below the declared rerun budget awaits its rerun: its (b) is 'so far',
+    never the mixer's answer nor a recipe; once the rerun is in, the rerun is the row read."""
+    standard = _history(_pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [])[:3], (1.0, 1.0, 1.0))
+    improving = _history([_record("delta", 32, s, f, h) for s, (f, h) in enumerate([(0.7, 128), (0.72, None), (0.69, 64)])],
+                         (0.5, 0.80, 0.95))        # +0.15 over the last quarter: still improving
+    rows = horizon_answer.recipe_rows(standard + improving, "model.layers", STANDARD, LONG, rerun_budget=2000)
+    assert rows[0].answer() == ("", "pending: it is still improving at 1000 steps: the budget rule reads its "
+                                    "2000-step rerun (so far (b) how it was trained)")
+    assert horizon_answer.mixer_answers(rows)["delta"] == ("", "pending")
+    assert horizon_answer.confirm_recipes(rows) == {} and horizon_answer.confirm_grid(rows) == ""
+    # without a declared rerun budget the same row decides, as before
+    assert horizon_answer.recipe_rows(standard + improving, "model.layers", STANDARD, LONG)[0].answer()[0] == "b"
+    # the rerun at 2,000 steps (at its plateau, or still improving: the rule reruns once) replaces it
+    rerun = _history([_record("delta", 32, s, f, h) for s, (f, h) in enumerate([(0.8, None), (0.75, None), (0.7, 128)])],
+                     (0.9, 0.95, 0.99), steps=(1000, 1500, 2000))
+    for r in rerun:
+        r.params["meta_train.steps"] = "2000"
+    rows = horizon_answer.recipe_rows(standard + improving + rerun, "model.layers", STANDARD, LONG, rerun_budget=2000)
+    assert len(rows) == 1 and rows[0].params["meta_train.steps"] == "2000" and rows[0].answer()[0] == "b"
+    assert horizon_answer.mixer_answers(rows)["delta"][0] == "b"
+    # a standard recipe still improving below the budget holds every row of its mixer
+    flat = _history(improving, (0.95, 0.95, 0.95))
+    rising = _history(standard, (0.5, 0.8, 0.95))
+    row = horizon_answer.recipe_rows(rising + flat, "model.layers", STANDARD, LONG, rerun_budget=2000)[0]
+    assert row.answer()[1].startswith("pending: the standard recipe is still improving at 400 steps")
+
+
+def test_a_seed_without_a_half_point_is_never_read_as_moved():
+    """No recall of the probe's facts at 0 items on one seed: 'on every seed' cannot be read, so (c)."""
+    records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    records[-1].interference["curves"]["other_region"] = [{"items": n, "score": 0.0, "skill": 0.0, "se": 0.0, "n": 8}
+                                                           for n in (0, 256)]
+    records[-1].interference["half_items"]["other_region"] = None
+    rows, mixers = _answers(records)
+    assert rows["delta"] == ("c", "no half point on some seed (no recall of the probe's facts at 0 items, or no curve)")
+    table = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
+    assert "32→128, 64→>256, 16→n/a" in table
+
+
+def test_a_final_average_that_fell_with_the_half_point_still_is_not_the_update_rule():
+    """(a) needs "neither moves": a final average significantly below the standard's is a move, so (c)."""
+    records = _pairs("ssm", [(0.60, 16), (0.62, 16), (0.61, 32)], [(0.30, 16), (0.33, 8), (0.31, 32)])
+    rows, _ = _answers(records)
+    assert rows["ssm"] == ("c", "the final average fell without the half point moving")
+
+
+def test_pairs_across_code_versions_are_refused_and_a_rerun_by_newer_code_is_not_silently_two_recipes():
+    records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    for r in records:
+        r.code_version = "code-A" if r.params["stream.options.meta_sequence_episodes"] == "4" else "code-B"
+    rows, mixers = _answers(records)
+    assert rows["delta"][0] == "" and rows["delta"][1].startswith("refused: pairs a run of code-B with one of code-A")
+    assert mixers["delta"] == ("", "pending")
+    # a 2,000-step rerun that logs a param the 1,000-step runs lack: which is the other's rerun? said, not guessed
+    records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    for s, (f, h) in enumerate([(0.8, None), (0.75, None), (0.7, 128)]):
+        r = _record("delta", 32, s, f, h)
+        r.params.update({"meta_train.steps": "2000", "gate.new_knob": "1"})
+        records.append(r)
+    table = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
+    assert table.startswith("(no answer: delta: treatments") and "gate.new_knob" in table
+
+
+def test_no_grid_while_a_mixer_has_records_but_no_row():
+    records = []
+    for mixer in ("delta", "ssm"):
+        records += _pairs(mixer, [(0.3, 32), (0.31, 32), (0.29, 16)], [(0.5 + d, None) for d in (0.0, 0.01, -0.01)])
+    twice = [_record("ssm", 4, s, 0.3, 32) for s in range(3)]          # a second standard configuration
+    for r in records + twice:
+        r.params["meta_train.batch_size"] = "16" if any(r is t for t in twice) else "32"
+    table = horizon_answer.answer_table(records + twice, "model.layers", STANDARD, LONG)
+    assert "- **ssm**: no answer: 2 configurations match the standard" in table
+    assert "Grid for the confirmatory re-run" not in table
+    assert "Grid for the confirmatory re-run" in horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
