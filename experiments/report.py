@@ -731,7 +731,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     paired_records = compare.read_longest_budget(records, spec.budget_rule) if spec.budget_rule else records
     if spec.budget_rule and len(paired_records) < len(records):
         parts += [f"Budget rule: of configurations that differ only in `{spec.budget_rule}`, the paired tables read "
-                  f"the largest ({len(records) - len(paired_records)} runs of shorter budgets left out of them).", ""]
+                  f"the largest ({len(records) - len(paired_records)} runs of shorter budgets left out of them; each "
+                  "configuration is read at its own budget, so a table may pair configurations of different "
+                  f"`{spec.budget_rule}`).", ""]
     for baseline in ([spec.baseline] if spec.baseline else []) + list(spec.more_baselines):
         for value, subset in _partitions(paired_records, spec.partition, spec.partition_default):
             where = "" if value is None else f", {spec.partition} = {value}"
