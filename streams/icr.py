@@ -63,7 +63,10 @@ blocks of B, the structure of the stream itself with fresh random facts: block b
 F = ``meta_block_facts`` facts (default ``facts_per_experience``), ``meta_rebind_fraction`` of them
 rebinding keys of the previous block's table to new values, the others over keys outside that table,
 those bound longest ago first (never-bound keys before any), with random values; so a block's facts stay
-valid until the key space runs out (64 keys, F = 16: four blocks). Each episode presents P facts of its
+valid until the key space runs out (64 keys, F = 16, a quarter rebinding: 16 fresh keys, then 12 a
+block, so four blocks use 52 keys and the fifth the last 12). The recalled queries are drawn evenly over
+the facts recallable, so their reach-back is mostly short (B = 8, D = 31: median 4 episodes, about 9%
+beyond 16). Each episode presents P facts of its
 block's table and asks Q distinct keys: ``meta_recall_fraction`` of them facts it did *not* present,
 presented in episodes e-D .. e-1 (D = ``meta_reach_back``, any block, their newest value; the stream's
 test queries), the others facts it presented. With B = 8, F = 16 and D >= 24 the queries reach back as
