@@ -508,7 +508,7 @@ def test_the_budget_rule_reads_the_longer_rerun_in_the_paired_tables(tmp_path, m
     _study_folder(tmp_path, monkeypatch, "budgets", runs,
                   "title: 'Budgets'\nsetup: 'A setup.'\nbaseline: ovq\nbudget_rule: meta_train.steps\n")
     text = report.section(study_specs.load_study("budgets"))
-    assert "the paired tables read the largest (6 runs of shorter budgets left out of them)" in text
+    assert "the paired tables read the largest (6 runs of shorter budgets left out of them; " in text
     assert "no paired table" not in text
     paired = text.split("Paired against `ovq`")[1].split("```")[0]
     assert "meta_train.steps=2000, layers=['delta'] | final_average | 3 | -0.400" in paired
