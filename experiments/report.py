@@ -434,9 +434,17 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
     the stream marks them, the metric at the end on the answers recalled from earlier episodes."""
     from strategies.evaluation.metrics import higher_is_better
 
+    from strategies.training.meta import REACH_BUCKETS
+
+    # where runs log it (newer code): the recalled answers' score by reach-back, which the overall one hides
+    buckets = [f"_recalled_{low}_{'up' if high is None else high}" for low, high in REACH_BUCKETS]
+    by_reach = any(r.metric + buckets[0] in row for r in records for row in r.meta_history)
+    reach_head = (" | on recalled answers by reach-back at the end (" + " / ".join(
+        f"{low}+" if high is None else f"{low}-{high}" for low, high in REACH_BUCKETS)
+        + " episodes, mean)" if by_reach else "")
     lines = ["| configuration | n | steps | metric at the end (mean, min-max) | change over the last quarter "
              f"(mean, max) | plateau? | {GAIN_SHARE:.0%} of its gain by step (per seed) | on recalled answers at the end "
-             "(mean, min-max) |", "|---|---|---|---|---|---|---|---|"]
+             f"(mean, min-max){reach_head} |", "|---|---|---|---|---|---|---|---|" + ("---|" if by_reach else "")]
     for key, runs in sorted(compare.group_records(records).items()):
         rows, metric = _meta_rows(runs)
         if len(rows) < 2:
@@ -449,9 +457,16 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
         end = recalled[-1][1] if recalled and recalled[-1][0] == last_step else None
         recalled_cell = f"{statistics.fmean(end):.3f} ({min(end):.3f}-{max(end):.3f})" if end else "-"
         reached = ", ".join(str(step) for step in _steps_to_gain_share(rows, sign))
+        reach_cell = ""
+        if by_reach:
+            cells = []
+            for suffix in buckets:
+                at_end, _ = _meta_rows(runs, metric + suffix)
+                cells.append(f"{statistics.fmean(at_end[-1][1]):.3f}" if at_end and at_end[-1][0] == last_step else "-")
+            reach_cell = " / ".join(cells) + " |"
         lines.append(f"| {key} | {len(runs)} | {last_step} | {metric} {statistics.fmean(last):.3f} "
                      f"({min(last):.3f}-{max(last):.3f}) | {statistics.fmean(gains):+.3f} ({max(gains):+.3f}) | "
-                     f"{verdict} | {reached} | {recalled_cell} |")
+                     f"{verdict} | {reached} | {recalled_cell} | {reach_cell}".rstrip())
     return "\n".join(lines) if len(lines) > 2 else ""
 
 

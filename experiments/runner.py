@@ -489,7 +489,8 @@ def _meta_train(run: ResolvedRun, session: Session, tracker, progress: Optional[
     training = MetaTraining(session.model, run.bench.meta_train, steps=m.steps, batch_size=m.batch_size, lr=m.lr,
                             metric=info.metric, seed=cfg.seed, progress=cfg.progress, resume=progress,
                             context=info.metric_context, device=run.device, tbptt=m.tbptt,
-                            recalled=getattr(run.bench, "meta_recalled", None), retention_loss=m.retention_loss)
+                            recalled=getattr(run.bench, "meta_recalled", None), retention_loss=m.retention_loss,
+                            reach=getattr(run.bench, "meta_reach", None))
     for done in training:
         if done.logged is not None:
             tracker.log_metrics(logged_metrics(done.logged, info.metric), done.step)

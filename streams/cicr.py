@@ -253,7 +253,7 @@ def cicr_data(cfg: Any = None) -> StreamData:
         delay_probe=partial(_probe, cfg, centers, "delay", inner.delay_probe),
         interference_probe=partial(_probe, cfg, centers, "interference", inner.interference_probe),
         capacity_probe=partial(_probe, cfg, centers, "capacity", inner.capacity_probe),
-        meta_recalled=inner.meta_recalled,
+        meta_recalled=inner.meta_recalled, meta_reach=inner.meta_reach,
     )
 
 

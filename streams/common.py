@@ -131,7 +131,9 @@ class StreamData:
 
     ``meta_recalled``, where the stream has it (ICR): item i is a bool tensor shaped like meta-training
     item i's labels, True at the answers to facts that item did not present in the same episode (recalled
-    from earlier episodes): what the auxiliary retention loss (``meta_train.retention_loss``) weighs.
+    from earlier episodes): what the auxiliary retention loss (``meta_train.retention_loss``) weighs;
+    ``meta_reach``: item i is an int16 tensor shaped like it, at those answers the episodes since the
+    asked fact was last presented (0 elsewhere): meta-training's score on them by reach-back.
 
     ``position_probe(domain, length, n)``, where the stream has it (text with ``long_bytes``): ``n``
     held-out documents of ``length`` tokens of experience ``domain``'s domain, for the position curve
@@ -146,6 +148,7 @@ class StreamData:
     interference_probe: Optional[Callable[[str, int, int], Dataset]] = None
     capacity_probe: Optional[Callable[[int, int], Dataset]] = None
     meta_recalled: Optional["EpisodeDataset"] = None
+    meta_reach: Optional["EpisodeDataset"] = None
     position_probe: Optional[Callable[[int, int, int], Dataset]] = None
 
     def __post_init__(self) -> None:
@@ -195,7 +198,7 @@ def to_benchmark(data: StreamData):
     Experience j carries task label j (``experience.task_label``) and its dataset yields ``(x, y, j)``.
     The benchmark also gets eight attributes: ``info`` (``data.info``), ``meta_train`` (an
     AvalancheDataset with task label 0, or None), ``meta_train_episodes`` (the plain
-    :class:`EpisodeDataset`, or None), ``delay_probe``, ``interference_probe``, ``capacity_probe``, ``meta_recalled`` and ``position_probe`` (or None).
+    :class:`EpisodeDataset`, or None), ``delay_probe``, ``interference_probe``, ``capacity_probe``, ``meta_recalled``, ``meta_reach`` and ``position_probe`` (or None).
     """
     import ovq_cl.base.avalanche_compat  # noqa: F401  (before any avalanche import)
     from avalanche.benchmarks.scenarios.dataset_scenario import benchmark_from_datasets
@@ -218,6 +221,7 @@ def to_benchmark(data: StreamData):
     bench.interference_probe = data.interference_probe
     bench.capacity_probe = data.capacity_probe
     bench.meta_recalled = data.meta_recalled
+    bench.meta_reach = data.meta_reach
     bench.position_probe = data.position_probe
     return bench
 

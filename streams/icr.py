@@ -72,7 +72,8 @@ presented in episodes e-D .. e-1 (D = ``meta_reach_back``, any block, their newe
 test queries), the others facts it presented. With B = 8, F = 16 and D >= 24 the queries reach back as
 far as the stream's forgetting is measured (three experiences of 8 episodes a lane). The answers to
 facts not presented in the episode are what the auxiliary retention loss (``meta_train.retention_loss``)
-weighs: ``StreamData.meta_recalled`` gives their positions (for E > 1 without blocks too)::
+weighs: ``StreamData.meta_recalled`` gives their positions (for E > 1 without blocks too), and
+``StreamData.meta_reach`` how many episodes back each asked fact was last presented::
 
     block 0 (table 0)                      block 1 (table 1, a quarter rebinding table 0's keys)
     [k v ... SEP q a q a] x B  ...         [k v ... SEP q a (q0 a0) ...] x B    q0: a fact of an earlier episode
@@ -533,15 +534,47 @@ def _meta_recalled(cfg: ICRConfig, length: int, i: int) -> torch.Tensor:
     if cfg.meta_block_episodes > 0:
         return _meta_block_items(cfg, length, i)[2]
     x, y = _meta_sequence(cfg, length, i)
-    E = cfg.meta_sequence_episodes
+    return _recalled_from_tokens(x, y, length)
+
+
+def _recalled_from_tokens(x: torch.Tensor, y: torch.Tensor, length: int) -> torch.Tensor:
+    """bool [E * length]: the scored answers whose asked key the episode did not present (an episode's
+    presented keys are its tokens before SEP)."""
     mask = torch.zeros_like(y, dtype=torch.bool)
-    for e in range(E):                        # an episode's presented keys are its tokens before SEP
+    for e in range(len(y) // length):
         xe, ye = x[e * length:(e + 1) * length], y[e * length:(e + 1) * length]
         sep = int((xe == SEP).nonzero()[0])
         presented = set(xe[:sep:2].tolist())
         for t in scored_mask(ye).nonzero().flatten().tolist():
             mask[e * length + t] = int(xe[t]) not in presented
     return mask
+
+
+def _meta_reach(cfg: ICRConfig, length: int, i: int) -> torch.Tensor:
+    """int16 [E * length]: at each of meta-training item i's recalled answers (:func:`_meta_recalled`), the
+    episodes since the asked fact was last in the input (1: the episode before), presented or asked: an
+    asked key is followed by its answer, the newest binding (teacher forcing), so a fact asked in an
+    earlier episode is in front of the model again; 0 elsewhere. Read from the item's own tokens, so it
+    holds for either layout: what the meta-training score by reach-back (``strategies.training.meta``)
+    splits the recalled answers by."""
+    if cfg.meta_block_episodes > 0:
+        x, _, recalled = _meta_block_items(cfg, length, i)
+    else:
+        x, y = _meta_sequence(cfg, length, i)
+        recalled = _recalled_from_tokens(x, y, length)
+    reach = torch.zeros(recalled.shape, dtype=torch.int16)
+    last_seen: dict = {}
+    for e in range(len(x) // length):
+        xe = x[e * length:(e + 1) * length]
+        for t in recalled[e * length:(e + 1) * length].nonzero().flatten().tolist():
+            reach[e * length + t] = e - last_seen[int(xe[t])]
+        sep = int((xe == SEP).nonzero()[0])
+        last_seen.update((k, e) for k in xe[:sep:2].tolist())
+        # an asked key is followed by its answer in the input (teacher forcing), its newest binding: the
+        # fact is in front of the model again, so the next recall of it reaches back from here
+        asked = xe[sep + 1::2]
+        last_seen.update((k, e) for k in asked[(asked >= 2) & (asked < 2 + cfg.n_keys)].tolist())
+    return reach
 
 
 def _delay_episode(cfg: ICRConfig, length: int, filler: int, i: int):
@@ -666,6 +699,7 @@ def icr_data(cfg: Any = None) -> StreamData:
     make = _meta_block_sequence if cfg.meta_block_episodes > 0 else _meta_sequence
     meta = EpisodeDataset(make, (cfg, T_train), cfg.meta_train_episodes)
     recalled = EpisodeDataset(_meta_recalled, (cfg, T_train), cfg.meta_train_episodes)
+    reach = EpisodeDataset(_meta_reach, (cfg, T_train), cfg.meta_train_episodes)
     info = ICRInfo(
         name="icr", metric="accuracy", n_experiences=cfg.n_experiences, seq_len=T_train, test_seq_len=T_test,
         vocab_size=2 + cfg.n_keys + cfg.n_values, config=cfg, variant=cfg.variant, regions=key_regions(cfg),
@@ -673,7 +707,7 @@ def icr_data(cfg: Any = None) -> StreamData:
     )
     return StreamData(train, test, meta, info, delay_probe=partial(delay_probe, cfg),
                       interference_probe=partial(interference_probe, cfg), capacity_probe=partial(capacity_probe, cfg),
-                      meta_recalled=recalled)
+                      meta_recalled=recalled, meta_reach=reach)
 
 
 def icr_benchmark(cfg: Any = None):

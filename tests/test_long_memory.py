@@ -240,9 +240,10 @@ def test_block_sequences_ask_the_newest_binding_and_reach_back_across_blocks(var
     reach, n_recalled, n_answers, rebound = [], 0, 0, 0
     for i in range(12):
         x, y = data.meta_train[i]
-        recalled = data.meta_recalled[i]
-        assert x.shape == y.shape == recalled.shape == (E * T,)
-        history, block_keys = {}, {}
+        recalled, episodes_back = data.meta_recalled[i], data.meta_reach[i]
+        assert x.shape == y.shape == recalled.shape == episodes_back.shape == (E * T,)
+        assert torch.equal(episodes_back > 0, recalled), "a reach-back at every recalled answer, and only there"
+        history, block_keys, in_input = {}, {}, {}       # in_input: the episode a key was last in the input
         for e, (xe, ye) in enumerate(_episodes(x, y, T)):
             sep = int((xe == 1).nonzero()[0])
             presented = xe[:sep:2].tolist()
@@ -258,10 +259,13 @@ def test_block_sequences_ask_the_newest_binding_and_reach_back_across_blocks(var
                 assert is_recalled == (key not in presented)
                 if is_recalled:
                     assert e - D <= last < e
+                    # presented, or asked with its answer (teacher forcing): the fact was in front of the model
+                    assert int(episodes_back[e * T + t]) == e - in_input[key] <= e - last
                     reach.append(e - last)
                 n_recalled += is_recalled
                 n_answers += 1
             assert not (recalled[e * T:(e + 1) * T] & (ye == IGNORE)).any(), "only answers are marked"
+            in_input.update((k, e) for k in presented + [int(xe[t]) for t in (ye != IGNORE).nonzero().flatten()])
         assert all(len(keys) <= cfg.facts_per_experience for keys in block_keys.values()), "one table per block"
     assert max(reach) >= 3 * B, "queries reach back across blocks"
     assert 0.3 < n_recalled / n_answers < 0.5        # half of the queries after the first episode
@@ -379,6 +383,8 @@ def test_the_retention_loss_trains_differently_and_zero_is_the_plain_objective()
 
     plain = trained()
     assert torch.equal(plain, trained(recalled=data.meta_recalled, retention_loss=0.0))
+    # measuring the recalled answers by reach-back changes nothing the model sees
+    assert torch.equal(plain, trained(recalled=data.meta_recalled, reach=data.meta_reach))
     assert not torch.allclose(plain, trained(recalled=data.meta_recalled, retention_loss=1.0))
     with pytest.raises(ValueError, match="needs the stream's recalled-answer masks"):
         MetaTraining(torch.nn.Linear(1, 1), data.meta_train, steps=1, batch_size=1, lr=1.0, metric="accuracy",
@@ -391,6 +397,36 @@ def test_the_retention_loss_trains_differently_and_zero_is_the_plain_objective()
                         "meta_train": {**TINY["meta_train"], "retention_loss": 1.0}}))
     with pytest.raises(ValueError, match="meta_train.retention_loss"):
         run_config({**base, "meta_train": {**TINY["meta_train"], "retention_loss": -1.0}})
+
+
+def test_meta_training_splits_the_recalled_score_by_reach_back():
+    """A memory of the last 4 episodes (the tracker restarted 4 episodes back for every episode) gets every
+    recalled answer of 1-4 episodes back and none further: the split says what the overall score hides."""
+    from strategies.training.meta import MetaTraining, logged_metrics
+    data = icr_data({**BLOCKS, "meta_sequence_episodes": 24, "meta_reach_back": 23})
+    T, vocab = data.info.seq_len, data.info.vocab_size
+
+    class LastEpisodes(TableOracle):
+        def __init__(self, k):
+            super().__init__(vocab, 64, "latest")
+            self.k = k
+
+        def forward(self, x, states=None):
+            parts = x.split(T, dim=1)
+            outs = [TableOracle.forward(self, torch.cat(parts[max(0, e - self.k):e + 1], 1))[0][:, -T:]
+                    for e in range(len(parts))]
+            return torch.cat(outs, 1) + 0.0 * self.unused, [TableState(torch.zeros(x.shape[0], 1, dtype=torch.long))]
+
+    training = MetaTraining(LastEpisodes(4), data.meta_train, steps=1, batch_size=16, lr=1e-3, metric="accuracy",
+                            log_every=1, recalled=data.meta_recalled, reach=data.meta_reach, grad_clip=None)
+    row = [done.logged for done in training][0]
+    assert row["accuracy_recalled_1_4"] == 1.0 and row["accuracy_recalled_5_16"] == 0.0
+    assert row["accuracy_recalled_17_up"] == 0.0
+    assert 0.0 < row["accuracy_recalled"] < 1.0
+    assert logged_metrics(row, "accuracy")["meta_train/accuracy_recalled_5_16"] == 0.0
+    with pytest.raises(ValueError, match="reach-back"):
+        MetaTraining(LastEpisodes(4), data.meta_train, steps=1, batch_size=4, lr=1e-3, metric="accuracy",
+                     reach=data.meta_reach)
 
 
 def test_meta_training_logs_the_metric_on_recalled_answers_and_a_tracker_gets_them_all():

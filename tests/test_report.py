@@ -367,6 +367,14 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
     # its seed 1 0.3, 95% of it only at step 400
     assert "| 400 | accuracy 0.955 (0.955-0.955) | +0.005 (+0.005) | plateau | 300, 300 | 0.505 (0.455-0.555) |" in ovq
     assert "| accuracy 0.450 (0.400-0.500) | +0.050 (+0.100) | still improving | 300, 400 | - |" in delta
+    assert "by reach-back" not in table, "no column for runs that did not log it"
+    # runs that split the recalled answers by reach-back get a column: the means at the last step
+    for s, d in enumerate(r for r in runs if "ovq" in r["params"]["model.layers"]):
+        d["meta_history"][-1].update({"accuracy_recalled_1_4": 0.9, "accuracy_recalled_5_16": 0.4 + 0.2 * s})
+    table = report.meta_training_table([compare.record_from_json(d) for d in runs])
+    assert "| on recalled answers by reach-back at the end (1-4 / 5-16 / 17+ episodes, mean) |" in table.splitlines()[0]
+    assert next(line for line in table.splitlines() if "ovq" in line).endswith("| 0.900 / 0.500 / - |")
+    assert next(line for line in table.splitlines() if "delta" in line).endswith("| - | - / - / - |")
     report.plot_meta_curves(records, str(tmp_path / "m.png"), "toy")
     assert (tmp_path / "m.png").stat().st_size > 1000
 

@@ -48,7 +48,11 @@ class MetaTraining:
     the same episode, ``StreamData.meta_recalled``): the logged rows add ``{metric}_recalled``, the metric
     on those answers alone (where the rows' batches had any), the learning curve of retention itself; with
     ``retention_loss`` > 0 the objective is the mean loss over all answers plus ``retention_loss`` times
-    the mean over those (:func:`strategies.training.step.retention_weights`).
+    the mean over those (:func:`strategies.training.step.retention_weights`). ``reach`` (a dataset whose item
+    i is item i's episodes back per recalled answer, ``StreamData.meta_reach``; needs ``recalled``): the
+    rows also split that score by reach-back, ``{metric}_recalled_1_4``, ``_5_16``, ``_17_up``
+    (:data:`REACH_BUCKETS`): the recalled answers are drawn evenly over the facts recallable, so most
+    reach back a few episodes, and the overall score says little about the far ones.
 
     ``resume=progress`` (what :meth:`progress` returned, with the model's weights already restored)
     continues from there: the shuffled order is replayed from the seed, the steps already done are
@@ -61,7 +65,8 @@ class MetaTraining:
     def __init__(self, model: torch.nn.Module, dataset, *, steps: int, batch_size: int, lr: float, metric: str,
                  seed: int = 0, weight_decay: float = 0.01, grad_clip: float = 1.0, device="cpu",
                  progress: bool = False, log_every: int = 50, resume: Optional[Dict[str, Any]] = None,
-                 context: Optional[dict] = None, tbptt: int = 0, recalled=None, retention_loss: float = 0.0):
+                 context: Optional[dict] = None, tbptt: int = 0, recalled=None, retention_loss: float = 0.0,
+                 reach=None):
         if steps < 0 or batch_size < 1:
             raise ValueError(f"meta_train: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
         if steps and (dataset is None or len(dataset) == 0):
@@ -73,8 +78,11 @@ class MetaTraining:
                              "(StreamData.meta_recalled, one per meta-training item); this stream has none")
         if recalled is not None and dataset is not None and len(recalled) != len(dataset):
             raise ValueError(f"meta_train: {len(recalled)} recalled-answer masks for {len(dataset)} items")
-        self.recalled, self.retention_loss = recalled, retention_loss
+        if reach is not None and (recalled is None or len(reach) != len(recalled)):
+            raise ValueError("meta_train: the reach-back of recalled answers needs one item per recalled-answer mask")
+        self.recalled, self.retention_loss, self.reach = recalled, retention_loss, reach
         self.score_recalled = SequenceScore(metric, context)
+        self.score_reach = {name: SequenceScore(metric, context) for name, _, _ in _buckets(metric)} if reach is not None else {}
         self.model, self.dataset, self.steps, self.batch_size = model, dataset, steps, batch_size
         self.metric, self.seed, self.grad_clip, self.device = metric, seed, grad_clip, device
         self.show_progress, self.log_every, self.tbptt = progress, log_every, tbptt
@@ -91,18 +99,21 @@ class MetaTraining:
             self.scheduler.load_state_dict(resume["scheduler"])
             self.history, self.score = list(resume["history"]), resume["score"]
             self.score_recalled = resume.get("score_recalled", self.score_recalled)
+            self.score_reach = {**self.score_reach, **{k: v for k, v in resume.get("score_reach", {}).items()
+                                                       if k in self.score_reach}}
             self.done = int(resume["step"])
 
     def progress(self) -> Dict[str, Any]:
         """What resuming needs besides the model's weights: step, optimizer, schedule, history, running score."""
         return {"step": self.done, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "history": list(self.history), "score": self.score, "score_recalled": self.score_recalled}
+                "history": list(self.history), "score": self.score, "score_recalled": self.score_recalled,
+                "score_reach": dict(self.score_reach)}
 
     def __iter__(self) -> Iterator[MetaStep]:
         if self.steps == 0:
             return
         gen = torch.Generator().manual_seed(self.seed)
-        items = self.dataset if self.recalled is None else _WithRecalled(self.dataset, self.recalled)
+        items = self.dataset if self.recalled is None else _WithRecalled(self.dataset, self.recalled, self.reach)
         loader = DataLoader(items, batch_size=self.batch_size, shuffle=True, generator=gen,
                             collate_fn=collate_episodes if self.recalled is None else _collate_with_recalled,
                             drop_last=True)
@@ -126,6 +137,10 @@ class MetaTraining:
                 _update_score(self.score, out, y, lo)
                 if self.recalled is not None:
                     _update_score(self.score_recalled, out, y.masked_fill(~rest[0], IGNORE), lo)
+                if self.reach is not None:
+                    for name, low, high in _buckets(self.metric):
+                        inside = (rest[1] >= low) & (rest[1] <= high)
+                        _update_score(self.score_reach[name], out, y.masked_fill(~inside, IGNORE), lo)
                 step += 1
                 self.done = step
                 bar.update()
@@ -136,6 +151,11 @@ class MetaTraining:
                     recalled_score = self.score_recalled.result()
                     if recalled_score == recalled_score:          # not nan: the batches had recalled answers
                         row[f"{self.metric}_recalled"] = recalled_score
+                    for name, score in self.score_reach.items():
+                        value = score.result()
+                        if value == value:                        # not nan: the batches had such answers
+                            row[name] = value
+                        score.reset()
                     self.history.append(row)
                     self.score.reset()
                     self.score_recalled.reset()
@@ -159,28 +179,41 @@ def meta_train(model: torch.nn.Module, dataset, *, steps: int, batch_size: int, 
 def logged_metrics(row: Dict[str, float], metric: str) -> Dict[str, float]:
     """A history row as the metrics logged for it (``meta_train/{metric}_recalled`` where the row has it)."""
     out = {"meta_train/loss": row["loss"], f"meta_train/{metric}": row[metric]}
-    if f"{metric}_recalled" in row:
-        out[f"meta_train/{metric}_recalled"] = row[f"{metric}_recalled"]
+    for name in (f"{metric}_recalled", *(b[0] for b in _buckets(metric))):
+        if name in row:
+            out[f"meta_train/{name}"] = row[name]
     return out
 
 
-class _WithRecalled(torch.utils.data.Dataset):
-    """Item i: (x, y, recalled) from the meta-training item i and its recalled-answer mask."""
+#: the reach-back buckets of the recalled answers (episodes since the fact was last presented): within
+#: the standard 4-episode recipe's reach, within two blocks of 8, and beyond (the stream's forgetting is
+#: measured 1-31 episodes back)
+REACH_BUCKETS = ((1, 4), (5, 16), (17, None))
 
-    def __init__(self, items, recalled) -> None:
-        self.items, self.recalled = items, recalled
+
+def _buckets(metric: str):
+    """[(row name, lowest, highest reach)] of :data:`REACH_BUCKETS`."""
+    return [(f"{metric}_recalled_{low}_{'up' if high is None else high}", low, 32767 if high is None else high)
+            for low, high in REACH_BUCKETS]
+
+
+class _WithRecalled(torch.utils.data.Dataset):
+    """Item i: (x, y, recalled) from the meta-training item i and its recalled-answer mask, and its
+    reach-back (x, y, recalled, reach) where given."""
+
+    def __init__(self, items, recalled, reach=None) -> None:
+        self.items, self.recalled, self.reach = items, recalled, reach
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int):
         x, y, *_ = self.items[i]
-        return x, y, self.recalled[i]
+        return (x, y, self.recalled[i]) + (() if self.reach is None else (self.reach[i],))
 
 
 def _collate_with_recalled(batch):
-    x, y, recalled = zip(*batch)
-    return torch.stack(x), torch.stack(y), torch.stack(recalled)
+    return tuple(torch.stack(parts) for parts in zip(*batch))
 
 
 def _my_lanes(n: int):
