@@ -30,12 +30,22 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str,
     report reads what it wrote; it says nothing about the numbers."""
     from experiments.sweep import parse_grid
 
+    config = argv[1] if len(argv) > 1 and argv[0] == "sweep" else None
+    extra = [*SMOKE_OVERRIDES, *spec.smoke, *spec.smoke_by_config.get(config, []), f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
+             f"checkpoint.dir={os.path.join(root, 'checkpoints')}", f"output_dir={root}"]
+    # a grid value is applied after the overrides, so a key the smoke sets is taken out of the axes (e.g. a
+    # recipe axis that sets meta_train.steps would otherwise run its full budget on tiny data)
+    smoke_keys = {o.split("=", 1)[0].strip() for o in extra}
     out, i = [], 0
     while i < len(argv):
         a = argv[i]
         if a == "--grid":
             ((key, values),) = parse_grid([argv[i + 1]]).items()
-            out += ["--grid", f"{key}={';'.join(cut(key, values))}"]
+            keys = key.split("&")
+            keep = [j for j, k in enumerate(keys) if k.strip() not in smoke_keys]
+            values = list(dict.fromkeys("&".join(v.split("&")[j] for j in keep) for v in values)) if "&" in key else values
+            if keep:
+                out += ["--grid", f"{'&'.join(keys[j] for j in keep)}={';'.join(cut(key, values))}"]
             i += 2
         elif a == "--out":
             out += ["--out", os.path.join(root, "results")]
@@ -43,9 +53,6 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str,
         else:
             out.append(a)
             i += 1
-    config = argv[1] if len(argv) > 1 and argv[0] == "sweep" else None
-    extra = [*SMOKE_OVERRIDES, *spec.smoke, *spec.smoke_by_config.get(config, []), f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
-             f"checkpoint.dir={os.path.join(root, 'checkpoints')}", f"output_dir={root}"]
     return out + extra + ["--quiet"]
 
 

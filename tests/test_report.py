@@ -218,6 +218,11 @@ def test_smoke_commands_are_cut_to_the_first_grid_value_and_write_elsewhere(tmp_
     assert out[5:7] == ["--grid", "a&b=1&2"] and out[out.index("--out") + 1] == str(tmp_path / "results")
     assert "stream.options.train_episodes=8" in out and "meta_train.steps=2" in out
     assert any(o.startswith("tracking.tracking_uri=sqlite:///" + str(tmp_path)) for o in out)
+    # a key the smoke sets leaves the grid's axes (the grid is applied after the overrides)
+    argv = ["sweep", "cfg.yaml", "--grid", "model.layers&meta_train.steps=[delta]&2000;[ssm]&1000",
+            "--grid", "meta_train.steps=1000;2000", "--name", "x", "--out", "results"]
+    out = study_runner.smoke_command(argv, spec, str(tmp_path))
+    assert out[:4] == ["sweep", "cfg.yaml", "--grid", "model.layers=[delta]"] and out.count("--grid") == 1
 
 
 def test_partitions_over_several_params_pair_within_each_combination():
