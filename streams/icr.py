@@ -533,6 +533,8 @@ def _meta_recalled(cfg: ICRConfig, length: int, i: int) -> torch.Tensor:
     the same episode (the auxiliary retention loss, ``meta_train.retention_loss``, weighs them)."""
     if cfg.meta_block_episodes > 0:
         return _meta_block_items(cfg, length, i)[2]
+    if cfg.meta_sequence_episodes == 1:      # one episode recalls nothing: no need to draw it again
+        return torch.zeros(length, dtype=torch.bool)
     x, y = _meta_sequence(cfg, length, i)
     return _recalled_from_tokens(x, y, length)
 
@@ -559,6 +561,8 @@ def _meta_reach(cfg: ICRConfig, length: int, i: int) -> torch.Tensor:
     splits the recalled answers by."""
     if cfg.meta_block_episodes > 0:
         x, _, recalled = _meta_block_items(cfg, length, i)
+    elif cfg.meta_sequence_episodes == 1:
+        return torch.zeros(length, dtype=torch.int16)
     else:
         x, y = _meta_sequence(cfg, length, i)
         recalled = _recalled_from_tokens(x, y, length)
