@@ -718,6 +718,10 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                   "2-core CPU machine (a run shares its meta-training with runs that meta-train the same: "
                   "those take less).", ""]
     parts += [code_versions_line(raw), ""]
+    # one configuration run by two code versions is shown as two rows, never pooled over seeds nor paired
+    # across versions (the verdict's and the answer table's rule); the note says so
+    records, split_notes = compare.deduplicated(records)
+    parts += [*(f"Note: {note}." for note in split_notes), *([""] if split_notes else [])]
     parts += [compare.summary_table(records), ""]
     for caption, table in _probe_tables(records, spec.baseline):
         if table:

@@ -342,16 +342,26 @@ def _world(cfg: ICRConfig) -> _World:
 def _layout(pairs_k: np.ndarray, pairs_v: np.ndarray, ask_k: np.ndarray, ask_v: np.ndarray,
             length: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """tokens, labels [length] int64 of ``k v ... SEP q a ... PAD...`` (no pairs: ``SEP q a ...``)."""
-    context = np.stack([pairs_k, pairs_v], -1).reshape(-1)
-    queries = np.stack([ask_k, ask_v], -1).reshape(-1)
     tokens = np.full(length, PAD, np.int64)
     labels = np.full(length, IGNORE, np.int64)
-    n = len(context)
-    tokens[:n] = context
-    tokens[n] = SEP
-    tokens[n + 1: n + 1 + len(queries)] = queries
-    labels[n + 1: n + 1 + len(queries): 2] = ask_v
+    _layout_into(tokens, labels, 0, pairs_k, pairs_v, ask_k, ask_v)
     return torch.from_numpy(tokens), torch.from_numpy(labels)
+
+
+def _layout_into(tokens: np.ndarray, labels: np.ndarray, at: int, pairs_k: np.ndarray, pairs_v: np.ndarray,
+                 ask_k: np.ndarray, ask_v: np.ndarray) -> int:
+    """Writes :func:`_layout`'s tokens and labels of one episode into ``tokens``/``labels`` from position
+    ``at`` (the rest of the episode's span is left as it is: PAD / IGNORE when filled so). Returns the
+    position of SEP."""
+    n, q = 2 * len(pairs_k), 2 * len(ask_k)
+    tokens[at:at + n:2] = pairs_k
+    tokens[at + 1:at + n:2] = pairs_v
+    sep = at + n
+    tokens[sep] = SEP
+    tokens[sep + 1:sep + 1 + q:2] = ask_k
+    tokens[sep + 2:sep + 1 + q:2] = ask_v
+    labels[sep + 1:sep + 1 + q:2] = ask_v
+    return sep
 
 
 def _presentation(keys: np.ndarray, values: np.ndarray, cfg: ICRConfig, rng: np.random.Generator):
@@ -363,6 +373,9 @@ def _presentation(keys: np.ndarray, values: np.ndarray, cfg: ICRConfig, rng: np.
     # sort by priority; a stale binding gets a priority below its key's true one, so it comes first
     p_true = rng.random(n)
     p_stale = rng.random(r) * p_true[twice]
+    if r == 0:                  # the basic variant: a shuffle of the facts (the same order, fewer copies)
+        order = np.argsort(p_true, kind="stable")
+        return keys[order], values[order], twice
     order = np.argsort(np.concatenate([p_true, p_stale]), kind="stable")
     pairs_k = np.concatenate([keys, keys[twice]])[order]
     pairs_v = np.concatenate([values, stale])[order]
@@ -479,7 +492,12 @@ def _draw_meta_block_items(cfg: ICRConfig, length: int, i: int):
     table_k = np.zeros(0, np.int64)
     table_v = np.zeros(0, np.int64)
     pending: set = set()                                  # keys of this block's table not presented yet
-    xs, ys, ms = [], [], []
+    # the item is written in place (E episodes of ``length``): building and concatenating E small tensors
+    # per item cost as much as drawing it. Every random number is drawn as before, in the same order.
+    xs = np.full(E * length, PAD, np.int64)
+    ys = np.full(E * length, IGNORE, np.int64)
+    ms = np.zeros(E * length, np.bool_)
+    n_recall_wanted = int(round(cfg.meta_recall_fraction * Q))
     for e in range(E):
         if e % B == 0:                                    # a new block: a new table
             block = e // B
@@ -500,27 +518,30 @@ def _draw_meta_block_items(cfg: ICRConfig, length: int, i: int):
         pick = rng.choice(F, P, replace=False)
         keys, values = table_k[pick], table_v[pick]
         pairs_k, pairs_v, twice = _presentation(keys, values, cfg, rng)
+        shown = keys.tolist()
+        shown_set = set(shown)
         # recallable: facts presented in episodes e-D .. e-1, not in this episode, whose newest binding the
         # model has seen (a key of this block's table still pending would be answered with a value to come)
         recallable = sorted(k for k, at in last_seen.items()
-                            if at >= e - D and k not in pending and k not in set(keys.tolist()))
-        latest.update(zip(keys.tolist(), values.tolist()))
-        last_seen.update((k, e) for k in keys.tolist())
-        pending -= set(keys.tolist())
-        n_recall = min(int(round(cfg.meta_recall_fraction * Q)), Q - len(twice), len(recallable))
-        others = rng.permutation(np.setdiff1d(np.arange(P), twice))[: Q - n_recall - len(twice)]
+                            if at >= e - D and k not in pending and k not in shown_set)
+        latest.update(zip(shown, values.tolist()))
+        last_seen.update(dict.fromkeys(shown, e))
+        pending -= shown_set
+        n_recall = min(n_recall_wanted, Q - len(twice), len(recallable))
+        once = np.ones(P, np.bool_)
+        once[twice] = False                               # np.flatnonzero(once) == setdiff1d(arange(P), twice)
+        others = rng.permutation(np.flatnonzero(once))[: Q - n_recall - len(twice)]
         current = keys[np.concatenate([twice, others]).astype(np.int64)]
         recalled = rng.choice(np.array(recallable, np.int64), n_recall, replace=False) if n_recall else np.zeros(0, np.int64)
         asked = rng.permutation(np.concatenate([current, recalled]).astype(np.int64))
-        answers = np.array([latest[k] for k in asked.tolist()], np.int64)
-        x, y = _layout(pairs_k, pairs_v, asked, answers, length)
-        mask = torch.zeros(length, dtype=torch.bool)
-        at = 2 * len(pairs_k) + 1 + 2 * np.flatnonzero(np.isin(asked, recalled))   # _layout: k v ... SEP q a ...
-        mask[torch.from_numpy(at)] = True
-        xs.append(x)
-        ys.append(y)
-        ms.append(mask)
-    return torch.cat(xs), torch.cat(ys), torch.cat(ms)
+        asked_list = asked.tolist()
+        answers = np.array([latest[k] for k in asked_list], np.int64)
+        sep = _layout_into(xs, ys, e * length, pairs_k, pairs_v, asked, answers)
+        recalled_set = set(recalled.tolist())
+        for j, k in enumerate(asked_list):                # _layout: k v ... SEP q a ...
+            if k in recalled_set:
+                ms[sep + 1 + 2 * j] = True
+    return torch.from_numpy(xs), torch.from_numpy(ys), torch.from_numpy(ms)
 
 
 def _meta_block_sequence(cfg: ICRConfig, length: int, i: int):

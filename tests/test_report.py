@@ -295,6 +295,21 @@ def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
     assert [(d["config_id"], d.get("code_version")) for d in raw][-1] == ("id0", "code-b") and len(raw) == 4
 
 
+def test_a_config_run_by_two_code_versions_is_two_rows_in_its_section(tmp_path, monkeypatch):
+    # pooled, the three seeds of code-b would average with the three of code-a into one row of 6
+    runs = [{**_run("ovq", s, [[1.0, 0.0], [0.9, 0.95]]), "config_id": f"id{s}", "code_version": "code-a"}
+            for s in range(3)]
+    runs += [{**_run("ovq", s, [[1.0, 0.0], [0.5, 0.95]]), "config_id": f"id{s}", "code_version": "code-b"}
+             for s in range(3)]
+    _study_folder(tmp_path, monkeypatch, "two", runs, "title: 'Two versions'\nsetup: 'A setup.'\n")
+    text = report.section(study_specs.load_study("two"))
+    assert "Note: all runs: runs of 2 code versions, shown apart: code-a (n=3), code-b (n=3)." in text
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in text.splitlines() if line.startswith("| code_version=")}
+    assert set(rows) == {"| code_version=code-a", "| code_version=code-b"}
+    assert [rows[v][2] for v in sorted(rows)] == ["3", "3"]
+    assert [rows[v][4].split(" ")[0] for v in sorted(rows)] == ["0.925", "0.725"]
+
+
 def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, monkeypatch):
     studies = tmp_path / "studies"
     studies.mkdir()

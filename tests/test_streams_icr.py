@@ -172,3 +172,24 @@ def test_config_resolution():
 def test_impossible_configs_raise_clear_errors(user, words):
     with pytest.raises(ValueError, match=words):
         icr_data(user)
+
+
+@pytest.mark.parametrize("variant, E, D, B, digest", [("basic", 12, 7, 4, "d5121d8c5fed2172"),
+                                                      ("positional", 9, 5, 3, "a3d14e9af3197d3a")])
+def test_long_horizon_items_are_the_ones_earlier_code_drew(variant, E, D, B, digest):
+    # Known answer: the sha256 of items 0-19 (tokens, labels, recalled mask) as drawn by the code that made
+    # studies 17 and 23's meta-training sets, before the draw was rewritten to write items in place. A change
+    # here changes every long-horizon meta-training set, and with it what earlier runs' records mean.
+    import hashlib
+
+    from streams import icr
+
+    cfg = icr_config(dict(variant=variant, n_keys=32, n_values=16, facts_per_experience=8, facts_per_episode=6,
+                          queries_per_episode=4, meta_rebind_fraction=0.25, seed=11, meta_sequence_episodes=E,
+                          meta_reach_back=D, meta_block_episodes=B))
+    length = 2 * (6 + cfg.rebind_within) + 1 + 2 * 4
+    h = hashlib.sha256()
+    for i in range(20):
+        for t in icr._meta_block_items(cfg, length, i):
+            h.update(t.numpy().tobytes())
+    assert h.hexdigest()[:16] == digest
