@@ -422,9 +422,25 @@ def _new_values(old: np.ndarray, cfg: ICRConfig, rng: np.random.Generator) -> np
 def _meta_sequence(cfg: ICRConfig, length: int, i: int):
     """Meta-training item i: one episode (E = 1, the original layout and random numbers) or E episodes
     in a row whose queries reach back ``meta_reach_back`` episodes (module docstring). x, y: [E * length]."""
-    E, D = cfg.meta_sequence_episodes, cfg.meta_reach_back
-    if E == 1:
+    if cfg.meta_sequence_episodes == 1:
         return _meta_episode(cfg, length, i)
+    x, y, _ = _meta_sequence_items(cfg, length, i)
+    return x, y
+
+
+def _meta_sequence_items(cfg: ICRConfig, length: int, i: int):
+    """:func:`_meta_sequence`'s item i (E > 1) with its recalled mask: x, y [E * length] int64, recalled
+    [E * length] bool; kept for the next call like :func:`_meta_block_items`'s."""
+    return _last_item(_draw_meta_sequence_items, cfg, length, i)
+
+
+def _draw_meta_sequence_items(cfg: ICRConfig, length: int, i: int):
+    x, y = _draw_meta_sequence(cfg, length, i)
+    return x, y, _recalled_from_tokens(x, y, length)
+
+
+def _draw_meta_sequence(cfg: ICRConfig, length: int, i: int):
+    E, D = cfg.meta_sequence_episodes, cfg.meta_reach_back
     rng = seeded_rng("icr", "meta_sequence", cfg.meta_seed, i)
     all_keys = np.arange(2, 2 + cfg.n_keys)
     latest: Dict[int, int] = {}                  # key -> its newest value
@@ -461,24 +477,29 @@ def block_facts(cfg: ICRConfig) -> int:
     return cfg.meta_block_facts if cfg.meta_block_facts is not None else cfg.facts_per_experience
 
 
-# Meta-training reads item i twice in a row (its x, y, then its recalled mask: strategies/training/meta.py),
-# and a long-horizon item costs ~15 ms to draw: the last item drawn is kept, keyed by the config object
-# itself (held here, so its id cannot be reused), the length and the index. Items are pure functions of
-# these, so the memo changes no value.
-_LAST_BLOCK_ITEM: list = [None]
+# Meta-training reads item i three times in a row (its x, y, its recalled mask, its reach-back:
+# strategies/training/meta.py), and a long-horizon item costs milliseconds to draw: the last item drawn is
+# kept, keyed by the drawing function, the config object itself (held here, so its id cannot be reused),
+# the length and the index. Items are pure functions of these, so the memo changes no value.
+_LAST_ITEM: list = [None]
+
+
+def _last_item(draw, cfg: ICRConfig, length: int, i: int):
+    """``draw(cfg, length, i)``, or the item the previous call returned for the same four. The tensors are
+    shared with the next call for the same item: read them, do not write to them."""
+    last = _LAST_ITEM[0]
+    if last is not None and last[0] is draw and last[1] is cfg and last[2] == length and last[3] == i:
+        return last[4]
+    item = draw(cfg, length, i)
+    _LAST_ITEM[0] = (draw, cfg, length, i, item)
+    return item
 
 
 def _meta_block_items(cfg: ICRConfig, length: int, i: int):
     """Long-horizon meta-training item i (``meta_block_episodes`` B > 0, module docstring): E episodes in
     blocks of B over one table each. Returns x, y [E * length] int64 and recalled [E * length] bool (the
-    answers to facts the episode did not present). The tensors are shared with the next call for the same
-    item: read them, do not write to them."""
-    last = _LAST_BLOCK_ITEM[0]
-    if last is not None and last[0] is cfg and last[1] == length and last[2] == i:
-        return last[3]
-    item = _draw_meta_block_items(cfg, length, i)
-    _LAST_BLOCK_ITEM[0] = (cfg, length, i, item)
-    return item
+    answers to facts the episode did not present). Kept for the next call (:func:`_last_item`)."""
+    return _last_item(_draw_meta_block_items, cfg, length, i)
 
 
 def _draw_meta_block_items(cfg: ICRConfig, length: int, i: int):
@@ -556,8 +577,7 @@ def _meta_recalled(cfg: ICRConfig, length: int, i: int) -> torch.Tensor:
         return _meta_block_items(cfg, length, i)[2]
     if cfg.meta_sequence_episodes == 1:      # one episode recalls nothing: no need to draw it again
         return torch.zeros(length, dtype=torch.bool)
-    x, y = _meta_sequence(cfg, length, i)
-    return _recalled_from_tokens(x, y, length)
+    return _meta_sequence_items(cfg, length, i)[2]
 
 
 def _recalled_from_tokens(x: torch.Tensor, y: torch.Tensor, length: int) -> torch.Tensor:
@@ -585,8 +605,7 @@ def _meta_reach(cfg: ICRConfig, length: int, i: int) -> torch.Tensor:
     elif cfg.meta_sequence_episodes == 1:
         return torch.zeros(length, dtype=torch.int16)
     else:
-        x, y = _meta_sequence(cfg, length, i)
-        recalled = _recalled_from_tokens(x, y, length)
+        x, _, recalled = _meta_sequence_items(cfg, length, i)
     reach = torch.zeros(recalled.shape, dtype=torch.int16)
     last_seen: dict = {}
     for e in range(len(x) // length):

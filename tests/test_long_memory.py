@@ -304,6 +304,24 @@ def test_an_item_and_its_mask_are_drawn_once_and_equal_a_fresh_draw(monkeypatch)
     assert draws == [3, 4, 3]
 
 
+def test_a_sequence_without_blocks_is_drawn_once_for_its_tokens_mask_and_reach(monkeypatch):
+    """The same for the plain multi-episode layout (the standard recipe's): meta-training reads x, y, the
+    recalled mask and the reach-back of each item, one draw serves all three, equal to a fresh draw."""
+    import streams.icr as icr
+
+    data = icr_data(LONG)
+    draws = []
+    real = icr._draw_meta_sequence_items
+    monkeypatch.setattr(icr, "_draw_meta_sequence_items", lambda *a: draws.append(a[2]) or real(*a))
+    for i in (3, 4, 3):
+        x, y = data.meta_train[i]
+        mask, reach = data.meta_recalled[i], data.meta_reach[i]
+        fx, fy, fmask = real(data.info.config, data.info.seq_len, i)
+        assert torch.equal(x, fx) and torch.equal(y, fy) and torch.equal(mask, fmask)
+        assert bool((reach > 0).eq(mask).all()) and bool(mask.any())
+    assert draws == [3, 4, 3]
+
+
 def test_recalled_masks_of_sequences_without_blocks_mark_answers_to_earlier_episodes():
     cfg = icr_config(LONG)
     data = icr_data(cfg)
