@@ -4,7 +4,7 @@
 blob ids of the packages, the run configs, pyproject.toml and constraints.txt at HEAD; not the
 commit), plus ``+dirty.<hash>`` when the checkout differs from it (a hash of ``git diff HEAD`` and of
 the untracked files over the same paths). Tests, docs, results and the studies' prose
-(``experiments/studies/``, ``experiments/verdict.yaml``) do not count, so a commit that touches only
+(``experiments/studies/``, ``experiments/verdict.yaml``, ``experiments/claims.yaml``) do not count, so a commit that touches only
 them keeps every finished run and checkpoint valid: a study interrupted before such a commit resumes
 after it instead of starting over. The commit itself is a tag of every run. Outside a git checkout
 it is the installed package version.
@@ -30,7 +30,7 @@ from typing import Iterable, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CODE_PATHS = ("ovq_cl", "streams", "strategies", "experiments", "pyproject.toml", "constraints.txt")
-PROSE_PATHS = ("experiments/studies/", "experiments/verdict.yaml")     # under CODE_PATHS, yet not code
+PROSE_PATHS = ("experiments/studies/", "experiments/verdict.yaml", "experiments/claims.yaml")   # under CODE_PATHS, not code
 _PATHSPEC = (*CODE_PATHS, *(f":(exclude){p.rstrip('/')}" for p in PROSE_PATHS))
 
 

@@ -22,7 +22,7 @@ import statistics
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
@@ -696,6 +696,32 @@ def _probe_tables(records: List[compare.RunRecord], baseline: Optional[str]):
     ]
 
 
+def _one_run_per_replicate(records: List[compare.RunRecord]) -> Tuple[List[compare.RunRecord], List[str]]:
+    """A section's runs with each replicate of a configuration once, and notes on code versions.
+
+    The same configuration and seeds run by two code versions (``_raw`` keeps both) would count one seed
+    twice in a section's means and pairs: the later run is kept (the later file, or later in its file)
+    and a note says how many were left out. Different seeds of one configuration made by different code
+    versions are pooled here, as the sections' findings read them, and a note names each such
+    configuration; the verdict and the answer tables never pool versions (``compare.deduplicated``)."""
+    latest: Dict[str, int] = {}
+    for i, r in enumerate(records):
+        if r.config_id is not None:
+            latest[r.config_id] = i
+    kept = [r for i, r in enumerate(records) if r.config_id is None or latest[r.config_id] == i]
+    notes = []
+    if len(kept) < len(records):
+        notes.append(f"{len(records) - len(kept)} run(s) of a configuration and seeds that a later code version ran "
+                     "again are left out (the later run is kept)")
+    for name, runs in sorted(compare.group_records(kept).items()):
+        versions = Counter(r.code_version or "not recorded" for r in runs)
+        if len(versions) > 1:
+            listed = ", ".join(f"{v} (n={n})" for v, n in sorted(versions.items()))
+            notes.append(f"{name}: its seeds were run by {len(versions)} code versions, pooled here ({listed}); the "
+                         "verdict pairs within one version only")
+    return kept, notes
+
+
 def section(spec: StudySpec, root: Optional[str] = None) -> str:
     raw = _raw(spec, root)
     records = [compare.record_from_json(d) for d in raw]
@@ -718,10 +744,8 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                   "2-core CPU machine (a run shares its meta-training with runs that meta-train the same: "
                   "those take less).", ""]
     parts += [code_versions_line(raw), ""]
-    # one configuration run by two code versions is shown as two rows, never pooled over seeds nor paired
-    # across versions (the verdict's and the answer table's rule); the note says so
-    records, split_notes = compare.deduplicated(records)
-    parts += [*(f"Note: {note}." for note in split_notes), *([""] if split_notes else [])]
+    records, version_notes = _one_run_per_replicate(records)
+    parts += [*(f"Note: {note}." for note in version_notes), *([""] if version_notes else [])]
     parts += [compare.summary_table(records), ""]
     for caption, table in _probe_tables(records, spec.baseline):
         if table:

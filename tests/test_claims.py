@@ -8,9 +8,12 @@ from experiments import claims
 from experiments.claims import Claim, evaluate
 
 
-def _run(layers, seed, final, learned=True, version="code-a", metric="accuracy"):
+def _run(layers, seed, final, learned=True, version="code-a", metric="accuracy", skill=None):
+    """A run record; its held-out and stream skill are 0.9 / 0.3 when learned, else 0.0 (or ``skill``)."""
+    held_out = (0.9 if learned else 0.0) if skill is None else skill
     return {"label": f"{layers}-s{seed}", "params": {"model.layers": f"['{layers}']", "seed": str(seed)},
             "metric": metric, "summary": {"final_average": final}, "summary_current": {}, "learned": learned,
+            "gate": {"skill": held_out}, "stream_gate": {"skill": 0.3 if learned else min(held_out, 0.05)},
             "R": [[final]], "seed": seed, "data_seed": seed, "code_version": version}
 
 
@@ -33,7 +36,7 @@ def test_more_says_yes_opposite_or_no_difference_after_holm(root):
     assert result.answers == ["yes", "opposite", "no difference"]
     assert result.verdict == "partly (1 of 3)"
     # ovq 0.60 + 0.01 s against ssm 0.30 + 0.02 s over s = 0..5: 0.30 - 0.01 * 2.5
-    assert result.cells[0].startswith("vs ssm: +0.275 [") and "6 pairs: yes" in result.cells[0]
+    assert result.cells[0].startswith("vs ssm: +0.275 [") and "6 pairs (learned 6/6 vs 6/6): yes" in result.cells[0]
     assert evaluate(Claim("c", "t", against=["ssm"], results=["results/a.json"]), root).verdict == "reproduced"
     assert evaluate(Claim("c", "t", against=["vq"], results=["results/a.json"]), root).verdict == "not reproduced"
 
@@ -68,7 +71,7 @@ def test_as_much_needs_the_whole_interval_inside_the_margin(root):
 def test_fails_to_learn_untestable_missing_and_refused(root):
     fails = Claim("c", "t", kind="fails_to_learn", against=["delta", "ssm"], results=["results/a.json"])
     result = evaluate(fails, root)
-    assert result.answers == ["yes", "no"] and "delta: 6/6 runs failed" in result.cells[0]
+    assert result.answers == ["yes", "no"] and "delta: 6/6 runs learned nothing" in result.cells[0]
     assert evaluate(Claim("c", "t", kind="untestable", untestable="no GPU"), root).verdict == "not testable here: no GPU"
     assert evaluate(Claim("c", "t", against=["ssm"], results=["results/none.json"]), root).verdict == "not run yet"
     mixed = evaluate(Claim("c", "t", against=["ssm"], results=["results/b.json"]), root)
@@ -118,8 +121,8 @@ def _curve_run(layers, seed, scores, bpb, slots=None):
     r = _run(layers, seed, 0.5)
     if slots:
         r["params"]["after_meta.model.mixers.ovq.num_slots"] = slots
-    r["capacity"] = {"curve": {"metric": "accuracy", "points": [{"facts": 16, "score": scores[0]},
-                                                                {"facts": 64, "score": scores[1]}]}}
+    r["capacity"] = {"curve": {"metric": "accuracy", "points": [{"facts": 16, "score": scores[0], "skill": scores[0]},
+                                                                {"facts": 64, "score": scores[1], "skill": scores[1]}]}}
     r["position"] = {"curves": {"prose": {"buckets": [{"lo": 0, "hi": 64, "bits_per_byte": 9.0},
                                                       {"lo": 64, "hi": 256, "bits_per_byte": bpb}]}}}
     return r
@@ -183,3 +186,102 @@ def test_every_row_of_the_table_has_four_cells_even_with_a_pattern_separator(roo
     rows = [line for line in claims.claims_section(root, str(Path(root) / "claims.yaml")).splitlines()
             if line.startswith("| c ")]
     assert len(rows) == 1 and len(re.split(r"(?<!\\)\|", rows[0])) == 6 and "ssm \\| seed=0" in rows[0]
+
+
+def test_fails_to_learn_means_learned_nothing_not_failed_the_gate(tmp_path):
+    # "fail to learn even one function": a run that missed the learned gate (held-out skill 0.5) with a
+    # held-out skill of 0.44 learned something, so the claim is not borne out by it
+    runs = [_run("ovq", s, 0.6) for s in range(3)] + [_run("vq", s, 0.1, learned=False, skill=0.02) for s in range(2)]
+    runs.append(_run("vq", 2, 0.2, learned=False, skill=0.44))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "f.json").write_text(json.dumps(runs))
+    result = evaluate(Claim("c", "t", kind="fails_to_learn", against=["vq"], results=["results/f.json"], seeds=3),
+                      str(tmp_path))
+    assert result.answers == ["no"] and "2/3 runs learned nothing" in result.cells[0] and "0.44" in result.cells[0]
+    assert result.verdict == "not reproduced"
+
+
+def _write(tmp_path, name, runs):
+    (tmp_path / "results").mkdir(exist_ok=True)
+    (tmp_path / "results" / name).write_text(json.dumps(runs))
+    return str(tmp_path)
+
+
+def test_mixed_code_versions_pair_within_the_version_with_most_pairs_and_never_read_not_reproduced(tmp_path):
+    # seeds 0-1 of ovq and ssm by code-old, all five seeds of both again by code-new: code-new pairs 5
+    runs = [_run("ovq", s, 0.6 + 0.01 * s, version="code-old") for s in range(2)]
+    runs += [_run("ssm", s, 0.9, version="code-old") for s in range(2)]
+    runs += [_run("ovq", s, 0.6 + 0.01 * s, version="code-new") for s in range(5)]
+    runs += [_run("ssm", s, 0.3 + 0.02 * s, version="code-new") for s in range(5)]
+    root = _write(tmp_path, "m.json", runs)
+    result = evaluate(Claim("c", "t", against=["ssm"], results=["results/m.json"], seeds=5), root)
+    assert result.answers == ["yes"] and "code code-new (4 runs of other code versions not paired)" in result.cells[0]
+    assert result.verdict == "reproduced"
+    # every comparison refused (no seed shared within one version): incomplete, never "not reproduced"
+    alone = [_run("ovq", s, 0.6, version="code-old") for s in range(5)] + [_run("ssm", s, 0.3, version="code-new")
+                                                                          for s in range(5)]
+    root = _write(tmp_path, "r.json", alone)
+    refused = evaluate(Claim("c", "t", against=["ssm"], results=["results/r.json"], seeds=5), root)
+    assert refused.answers == ["refused"] and refused.verdict.startswith("incomplete: 1 of 1 comparisons refused")
+    # ... and a refused comparison stays in the declared Holm family, as p = 1: the other's p is doubled
+    alone += [_run("vq", s, 0.3 + 0.02 * s, version="code-old") for s in range(5)]
+    root = _write(tmp_path, "r.json", alone)
+    pair = evaluate(Claim("c", "t", against=["ssm", "vq"], results=["results/r.json"], seeds=5), root)
+    single = evaluate(Claim("c", "t", against=["vq"], results=["results/r.json"], seeds=5), root)
+    p_pair = float(pair.cells[1].split("Holm p ")[1].split(",")[0])
+    p_single = float(single.cells[0].split("Holm p ")[1].split(",")[0])
+    assert pair.answers[0] == "refused" and p_pair == pytest.approx(2 * p_single, rel=0.05)
+    assert pair.verdict.startswith("incomplete: 1 of 2")
+
+
+def test_two_memories_that_both_failed_the_gates_are_not_read_as_evidence(tmp_path):
+    runs = [_run("ovq", s, 0.15 + 0.01 * s, learned=False, skill=0.4) for s in range(5)]
+    runs += [_run("linear", s, 0.03, learned=False) for s in range(5)]
+    runs += [_run("delta", s, 0.10 + 0.005 * s, learned=True) for s in range(5)]
+    root = _write(tmp_path, "g.json", runs)
+    both = evaluate(Claim("c", "t", against=["linear", "delta"], results=["results/g.json"], seeds=5), root)
+    # ovq's lead over linear is large and significant, but neither passed its gates: not a "yes"
+    assert both.answers == ["neither learned", "yes"] and "learned 0/5 vs 0/5" in both.cells[0]
+    assert both.verdict == "partly (1 of 2); 1 of 2 comparisons not read (neither learned)"
+    only = evaluate(Claim("c", "t", against=["linear"], results=["results/g.json"], seeds=5), root)
+    assert only.verdict.startswith("not testable here: neither side passed the learned gates")
+
+
+def test_as_much_needs_a_reference_that_recalls_at_the_point(tmp_path):
+    # ovq and full both near chance at 8,192 facts: their difference sits inside any margin, which says
+    # nothing about matching full attention; at 16 facts full recalls, and the match can be read
+    runs = []
+    for s in range(5):
+        runs += [_curve_run("ovq", s, (0.95 + 0.002 * s, 0.03 + 0.001 * s), 2.0),
+                 _curve_run("full", s, (0.96 + 0.001 * s, 0.031), 2.0)]
+    root = _write(tmp_path, "floor.json", runs)
+    floor = evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/floor.json"],
+                           endpoint="capacity@64", margin=0.05, seeds=5), root)
+    assert floor.answers == ["reference does not recall here"] and "full's skill there 0.03" in floor.cells[0]
+    assert floor.verdict.startswith("not testable here: the reference does not recall at this point")
+    near = evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/floor.json"],
+                          endpoint="capacity@16", margin=0.05, seeds=5), root)
+    assert near.answers == ["yes"] and near.verdict == "reproduced"
+
+
+def test_claims_of_one_family_share_one_holm_adjustment(tmp_path):
+    runs = [_run("ovq", s, 0.6 + 0.01 * s) for s in range(5)]
+    runs += [_run("ssm", s, 0.55 + 0.01 * s + (0.01 if s % 2 else -0.01)) for s in range(5)]
+    runs += [_run("vq", s, 0.5 + 0.012 * s + (0.02 if s % 2 else -0.02)) for s in range(5)]
+    root = _write(tmp_path, "h.json", runs)
+    apart = [Claim("a", "t", against=["ssm"], results=["results/h.json"], seeds=5),
+             Claim("b", "t", against=["vq"], results=["results/h.json"], seeds=5)]
+    together = [claims.replace(c, family="section 21") for c in apart]
+    p = lambda results: [float(r.cells[0].split("Holm p ")[1].split(",")[0]) for r in results]
+    raw, joint = p(claims.evaluate_claims(apart, root)), p(claims.evaluate_claims(together, root))
+    from experiments.intervals import holm
+    assert joint == pytest.approx(holm(raw), rel=0.05) and min(joint) > min(raw)
+
+
+def test_a_comparison_reads_one_scoring_for_all_its_pairs(tmp_path):
+    # one run of the pair lacks the facts-in-force scoring: the whole comparison reads R's, not a mix
+    runs = [{**_run("ovq", s, 0.6 + 0.01 * s), "summary_current": {"final_average": 0.1}} for s in range(3)]
+    runs += [_run("ssm", s, 0.5 + 0.01 * s + (0.002 if s % 2 else 0)) for s in range(3)]
+    root = _write(tmp_path, "s.json", runs)
+    result = evaluate(Claim("c", "t", against=["ssm"], results=["results/s.json"], seeds=3), root)
+    assert result.cells[0].startswith("vs ssm: +0.09")

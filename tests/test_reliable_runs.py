@@ -314,6 +314,7 @@ def test_the_code_version_follows_the_code_not_the_commit(tmp_path, monkeypatch)
     write("docs/d.md", "new\n")
     write("experiments/studies/s.yaml", "findings: 'OVQ forgets less'\n")
     write("experiments/verdict.yaml", "prose\n")
+    write("experiments/claims.yaml", "claims: []\n")
     commit_all()
     assert cv._read_version() == first                                  # prose commits: same code
     write("experiments/studies/s.yaml", "findings: 'edited, not committed'\n")

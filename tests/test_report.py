@@ -295,19 +295,24 @@ def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
     assert [(d["config_id"], d.get("code_version")) for d in raw][-1] == ("id0", "code-b") and len(raw) == 4
 
 
-def test_a_config_run_by_two_code_versions_is_two_rows_in_its_section(tmp_path, monkeypatch):
-    # pooled, the three seeds of code-b would average with the three of code-a into one row of 6
+def test_a_replicate_run_by_two_code_versions_counts_once_and_pooled_versions_are_said(tmp_path, monkeypatch):
+    # seeds 0-2 by code-a, then seeds 0-2 again by code-b: counted twice, the row would have n = 6
     runs = [{**_run("ovq", s, [[1.0, 0.0], [0.9, 0.95]]), "config_id": f"id{s}", "code_version": "code-a"}
             for s in range(3)]
     runs += [{**_run("ovq", s, [[1.0, 0.0], [0.5, 0.95]]), "config_id": f"id{s}", "code_version": "code-b"}
              for s in range(3)]
+    # vq: seeds 0-1 by code-a, seed 2 by code-b: three replicates, pooled, and said
+    runs += [{**_run("vq", s, [[1.0, 0.0], [0.9, 0.95]]), "config_id": f"vq{s}", "code_version": "code-a" if s < 2
+              else "code-b"} for s in range(3)]
     _study_folder(tmp_path, monkeypatch, "two", runs, "title: 'Two versions'\nsetup: 'A setup.'\n")
     text = report.section(study_specs.load_study("two"))
-    assert "Note: all runs: runs of 2 code versions, shown apart: code-a (n=3), code-b (n=3)." in text
-    rows = {line.split(" | ")[0]: line.split(" | ") for line in text.splitlines() if line.startswith("| code_version=")}
-    assert set(rows) == {"| code_version=code-a", "| code_version=code-b"}
-    assert [rows[v][2] for v in sorted(rows)] == ["3", "3"]
-    assert [rows[v][4].split(" ")[0] for v in sorted(rows)] == ["0.925", "0.725"]
+    assert "Note: 3 run(s) of a configuration and seeds that a later code version ran again are left out" in text
+    assert ("Note: layers=['vq']: its seeds were run by 2 code versions, pooled here (code-a (n=2), code-b (n=1))"
+            in text)
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in text.splitlines()
+            if line.startswith("| layers=") and " | accuracy | " in line}
+    assert [rows[k][2] for k in ("| layers=['ovq']", "| layers=['vq']")] == ["3", "3"]
+    assert rows["| layers=['ovq']"][4].startswith("0.725")          # code-b's runs, the later ones
 
 
 def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, monkeypatch):
