@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     study_p.add_argument("--ray-address", default=None, help="as ovq-cl sweep --ray-address")
     study_p.add_argument("--trial-cpus", type=float, default=1, help="as ovq-cl sweep --trial-cpus")
     study_p.add_argument("--trial-gpus", type=float, default=0, help="as ovq-cl sweep --trial-gpus")
+    study_p.add_argument("--skip-pinned", action="store_true",
+                         help="skip the sweeps the study pins to other code (its 'code:'), run the others")
     report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
     report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
     report_p.add_argument("--verify", action="store_true",

@@ -197,7 +197,7 @@ def _dispatch(args, parser) -> int:
         sweep_args = [] if args.backend == "serial" else (
             ["--backend", args.backend, "--trial-cpus", str(args.trial_cpus), "--trial-gpus", str(args.trial_gpus)]
             + (["--ray-address", args.ray_address] if args.ray_address else []))
-        return run_study(args.name, main, smoke=args.smoke, sweep_args=sweep_args)
+        return run_study(args.name, main, smoke=args.smoke, sweep_args=sweep_args, skip_pinned=args.skip_pinned)
     elif args.command == "report":
         from experiments.report import write_report
 

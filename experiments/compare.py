@@ -688,6 +688,53 @@ def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
     return "\n".join(lines)
 
 
+def capacity_paired_table(records: Iterable[RunRecord], pairs: Sequence[Sequence[str]]) -> str:
+    """Each declared (configuration, baseline) pair of patterns (:func:`find_group`) at every number of
+    facts of the capacity ladder both measured: recall, configuration - baseline, paired over the
+    replicates both ran with one code version, with the mean skill of each side; Holm over the whole
+    table, the declared family, in which a point without a test counts as p = 1. '' when no run has a
+    capacity curve."""
+    from experiments.intervals import holm
+
+    groups = {k: [r for r in v if capacity_points(r)] for k, v in group_records(records).items()}
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return ""
+
+    def point(r: RunRecord, n: int, what: str) -> float:
+        return next((float(p[what]) for p in capacity_points(r) if p["facts"] == n and what in p), math.nan)
+
+    rows, notes = [], []
+    for pattern, base_pattern in pairs:
+        try:
+            key, base = find_group(groups, pattern), find_group(groups, base_pattern)
+        except ValueError:
+            notes.append(f"{pattern} against {base_pattern}: no runs of one side yet")
+            continue
+        mine, other = ({r.replicate: r for r in groups[k]} for k in (key, base))
+        both = [s for s in mine if s in other]
+        shared = [s for s in both if mine[s].code_version == other[s].code_version]
+        if len(shared) < len(both):
+            notes.append(f"{key} against {base}: {len(both) - len(shared)} seed(s) run by different code versions, "
+                         "not paired")
+        ladder = sorted({p["facts"] for s in shared for p in capacity_points(mine[s])}
+                        & {p["facts"] for s in shared for p in capacity_points(other[s])})
+        for n in ladder:
+            c = paired_comparison([point(mine[s], n, "score") for s in shared], [point(other[s], n, "score") for s in shared])
+            skills = [statistics.fmean(x) if x else math.nan for x in
+                      ([v for v in (point(g[s], n, "skill") for s in shared) if not math.isnan(v)] for g in (mine, other))]
+            rows.append((key, base, n, c, skills))
+    adjusted = holm([1.0 if math.isnan(c.p_t) else c.p_t for *_, c, _ in rows]) if rows else []
+    lines = ["| configuration | baseline | facts | n pairs | recall, configuration - baseline [95% CI] | mean skill "
+             "(configuration / baseline) | paired t p | p Holm |", "|---|---|---|---|---|---|---|---|"]
+    for (key, base, n, c, skills), p in zip(rows, adjusted):
+        diff = f"{c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]" if c.n >= 2 else (
+            f"{c.mean_difference:+.3f} (1 pair)" if c.n == 1 else "-")
+        lines.append(f"| {key} | {base} | {n} | {c.n} | {diff} | {skills[0]:.2f} / {skills[1]:.2f} | {_g(c.p_t)} | "
+                     f"{_g(p)} |")
+    return "\n".join(lines + ([""] + [f"Note: {note}." for note in notes] if notes else []))
+
+
 def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_region") -> str:
     """Does a memory lose facts to interference before its capacity is used? One row per configuration
     with both a capacity curve and a ``kind`` interference curve; per seed: the probe's P facts

@@ -750,6 +750,12 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     for caption, table in _probe_tables(records, spec.baseline):
         if table:
             parts += [caption, "", table, ""]
+    if spec.capacity_pairs:
+        table = compare.capacity_paired_table(records, spec.capacity_pairs)
+        if table:
+            parts += ["Capacity curves paired (the declared pairs, each at every number of facts both measured: recall, "
+                      "configuration - baseline, over the seeds both ran with one code version; Holm over the whole "
+                      "table):", "", table, ""]
     if spec.curves and plot_probe_curves(records, os.path.join(root or PROJECT_DIR, spec.curves), spec.title):
         parts += [f"![probe curves: capacity, interference, position]({spec.curves})", ""]
     if spec.plot:

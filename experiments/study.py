@@ -11,6 +11,7 @@ import shlex
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from experiments.code_version import code_version
 from experiments.report import write_report
 from experiments.study_specs import StudySpec, load_study
 
@@ -144,8 +145,28 @@ def smoke_repeats(spec: StudySpec) -> List[int]:
     return repeats
 
 
+def sweep_name(argv: Sequence[str]) -> Optional[str]:
+    """The ``--name`` of an ``ovq-cl sweep`` command's arguments (None without one)."""
+    argv = list(argv)
+    return argv[argv.index("--name") + 1] if "--name" in argv[:-1] else None
+
+
+def pinned_elsewhere(spec: StudySpec, version: str) -> List[Tuple[int, str, str, str]]:
+    """(command index, sweep name, pinned version, commit) of every command of ``spec`` pinned (its
+    ``code``) to a code version other than ``version``."""
+    out = []
+    for i, command in enumerate(spec.commands):
+        name = sweep_name(shlex.split(command))
+        pin = spec.code.get(name) if name in spec.code else spec.code.get("*")
+        if pin:
+            pinned, commit = pin.split("@")
+            if pinned != version:
+                out.append((i, name or "", pinned, commit))
+    return out
+
+
 def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[str] = None,
-              sweep_args: Sequence[str] = ()) -> int:
+              sweep_args: Sequence[str] = (), skip_pinned: bool = False) -> int:
     """Runs every command of the study (each an ``ovq-cl ...`` line), then rewrites RESULTS.md.
 
     ``smoke``: a folder; every command made tiny (:func:`smoke_command`), everything written under it
@@ -156,7 +177,20 @@ def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[st
     spec = load_study(name)
     started = time.perf_counter()
     repeats = set(smoke_repeats(spec)) if smoke else set()
+    # a sweep pinned to other code (its runs pair with runs that code made) is refused before anything runs;
+    # a smoke run checks the commands, not their numbers, so it runs them all with this code
+    elsewhere = {} if smoke else {i: (n, v, c) for i, n, v, c in pinned_elsewhere(spec, code_version())}
+    if elsewhere and not skip_pinned:
+        listed = "; ".join(f"{n} from {v} (commit {c})" for n, v, c in elsewhere.values())
+        raise ValueError(f"study {name}: this checkout is {code_version()}, and these sweeps must run from other code: "
+                         f"{listed}. Run each from a worktree of its commit (git worktree add ../ovq-cl-COMMIT COMMIT, "
+                         "then its command from the study's file there) and merge its results (ovq-cl merge), or pass "
+                         "--skip-pinned to run the others")
     for i, command in enumerate(spec.commands):
+        if i in elsewhere:
+            n, v, c = elsewhere[i]
+            print(f"(pinned to {v}, commit {c}: skipped here) $ {command}", flush=True)
+            continue
         argv = shlex.split(command)
         searched = argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith("experiments.searches.")
         if argv[0] != "ovq-cl" and not searched:

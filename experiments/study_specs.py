@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -49,6 +50,10 @@ class StudySpec:
                                                          # that differ only in it, the paired tables read the largest
     budget_rerun: Optional[float] = None                 # the budget the rule reruns a still-improving configuration
                                                          # at (declared with it): the answer waits for those reruns
+    code: Dict[str, str] = field(default_factory=dict)   # sweep name (or "*": every sweep) -> "code-HASH@COMMIT": the
+    #                                                      code its runs must come from (ovq-cl study refuses other code)
+    capacity_pairs: List[List[str]] = field(default_factory=list)   # declared (configuration, baseline) patterns:
+    #                                                      paired recall at every capacity point, Holm over them all
     curves: Optional[str] = None                         # a plot of the capacity, interference and position curves,
                                                          # one line per configuration (mean and 95% band over seeds)
     search: Optional[str] = None                         # a layer-choice search's JSON (experiments/searches)
@@ -93,6 +98,12 @@ def load_study(name: str) -> StudySpec:
             raise ValueError(f"study {name}: answer {spec.answer!r} needs within, within_baseline and answer_treatment")
     if spec.budget_rerun is not None and not (spec.budget_rule and spec.budget_rerun > 0):
         raise ValueError(f"study {name}: budget_rerun needs a budget_rule and a positive budget, got {spec.budget_rerun!r}")
+    bad_pins = {k: v for k, v in spec.code.items() if not re.fullmatch(r"code-[0-9a-f]{6,64}@[0-9a-f]{7,40}", str(v))}
+    if bad_pins:
+        raise ValueError(f"study {name}: code pins are sweep name -> 'code-HASH@COMMIT', got {bad_pins}")
+    bad_pairs = [pair for pair in spec.capacity_pairs if len(pair) != 2]
+    if bad_pairs:
+        raise ValueError(f"study {name}: capacity_pairs are [configuration, baseline] patterns, got {bad_pairs}")
     return spec
 
 

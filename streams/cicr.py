@@ -1,5 +1,7 @@
-"""Continuous-key ICR shift: in-context recall where the keys are continuous vectors from regions of key
-space that meta-training never covered.
+"""Continuous-key ICR shift: in-context recall where the keys are continuous vectors, each one no model
+or codebook has seen; with ``shift_degrees`` > 0, from regions of key space that meta-training never
+covered (with 0, fresh vectors from meta-training's own region: what study 22 runs, since with 90 degrees
+no mixer, full attention included, learned the stream).
 
 The facts, episodes, experiences and probes are ICR's (``streams.icr``: fact tables per experience,
 training and test episodes, rebinding, facts in force, long-horizon meta-training, delay, interference
@@ -16,8 +18,9 @@ continuous``, scored by mean squared error). A key's vector comes from a **regio
   from a cap centred on ``c_j = cos(shift) m0 + sin(shift) u_j``, u_j orthonormal directions orthogonal
   to m0 (random, from the seed): with ``shift_degrees`` 90 every experience's region lies where
   meta-training never drew a key, and the regions of different experiences are far apart too; with 0
-  they are meta-training's region. A key codebook fitted in meta-training (VQ's) has therefore never
-  seen them, and an online dictionary (OVQ's) must place its centroids during the stream;
+  they are meta-training's region. At 90 degrees a key codebook fitted in meta-training (VQ's) has
+  never seen anything like them, and an online dictionary (OVQ's) must place its centroids during the
+  stream; at 0 the vectors are new but their distribution is the one the codebook was fitted on;
 - ICR's ``key_overlap`` shares key tokens, hence key vectors, between consecutive experiences;
 - the probes (delay, interference, capacity) draw fresh key vectors per item from the region of the
   experience whose key tokens they use (``other_region``: the next experience's region).
@@ -103,7 +106,8 @@ def cicr_config(user: Any = None) -> CICRConfig:
     require(cfg.d_key >= cfg.n_experiences + 1, what,
             f"d_key={cfg.d_key} must be >= n_experiences + 1 = {cfg.n_experiences + 1} (one direction per "
             "experience orthogonal to the meta region's centre)")
-    require(cfg.key_spread >= 0, what, f"key_spread must be >= 0, got {cfg.key_spread}")
+    require(cfg.key_spread > 0, what, f"key_spread must be > 0 (at 0 every key of a region is the same vector), "
+            f"got {cfg.key_spread}")
     require(0 <= cfg.shift_degrees <= 180, what, f"shift_degrees must be in [0, 180], got {cfg.shift_degrees}")
     require(cfg.values in VALUE_KINDS, what, f"values must be one of {VALUE_KINDS}, got {cfg.values!r}")
     require(cfg.d_value >= 1, what, f"d_value must be >= 1, got {cfg.d_value}")

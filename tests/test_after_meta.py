@@ -106,10 +106,16 @@ def test_a_rule_after_meta_training_on_a_budget_sized_model_keeps_the_meta_train
     assert other.meta_history == plain.meta_history and other.gate == plain.gate
 
 
-def test_a_larger_dictionary_at_test_time_changes_the_state_and_nothing_else(in_tmp):
+def test_a_larger_dictionary_at_test_time_keeps_the_weights_and_grows_the_state_and_its_schedule(in_tmp):
     """Eval-time N (issue 30): ``after_meta.model.mixers.ovq.num_slots`` grows OVQ's dictionary after
     meta-training. The meta-training, the weights' count and the parameters are those of the trained
-    model; the dictionary in the state carried (and the capacity bound) grows 4x; the run is a configuration of its own."""
+    model; the dictionary in the state carried (and the capacity bound) grows 4x; the run is a configuration
+    of its own. It is not only more room: the plateau schedule G(t) = N t / (N + t) ties the rate at which
+    slots open to N, so from the first tokens a larger N has more slots open (known answers below)."""
+    from ovq_cl.ops.ovq.common import OVQParams, growth_target
+
+    assert [growth_target(100, OVQParams(num_slots=n)) for n in (128, 2048)] == [57, 96]
+    assert [growth_target(800, OVQParams(num_slots=n)) for n in (128, 2048)] == [111, 576]
     root, _ = in_tmp
     shared = {"checkpoint": {"dir": str(root / "ckpt" / "slots_shared")}}
     plain = run(cfg(root, "slots16", **shared))

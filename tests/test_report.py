@@ -329,6 +329,36 @@ def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, mo
                       "--trial-cpus", "1"], ["state-sizes"]]
 
 
+def test_a_sweep_pinned_to_other_code_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    (studies / "pin.yaml").write_text(
+        "title: Pin\nsetup: s\nresults: []\ncommands:\n  - \"ovq-cl sweep a.yaml --name a --out results\"\n"
+        "  - \"ovq-cl sweep b.yaml --name b --out results\"\ncode: {b: 'code-0123456789ab@87e82ac'}\n")
+    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
+    monkeypatch.setattr(study_runner, "write_report", lambda *a, **k: None)
+    monkeypatch.setattr(study_runner, "code_version", lambda: "code-ffffffffffff")
+    calls = []
+    with pytest.raises(ValueError, match=r"study pin: this checkout is code-ffffffffffff, .* b from "
+                                         r"code-0123456789ab \(commit 87e82ac\)"):
+        study_runner.run_study("pin", lambda argv: calls.append(argv) or 0)
+    assert calls == []                                           # nothing ran
+    assert study_runner.run_study("pin", lambda argv: calls.append(argv) or 0, skip_pinned=True) == 0
+    assert [sweep[-3] for sweep in calls] == ["a"]
+    calls.clear()                                                # the pinned code itself runs everything
+    monkeypatch.setattr(study_runner, "code_version", lambda: "code-0123456789ab")
+    assert study_runner.run_study("pin", lambda argv: calls.append(argv) or 0) == 0 and len(calls) == 2
+    calls.clear()                                                # and so does a smoke run, with this code
+    monkeypatch.setattr(study_runner, "smoke_command", lambda argv, spec, root: argv)
+    monkeypatch.setattr(study_runner, "validate_every_config", lambda argv: None)
+    monkeypatch.setattr(study_runner, "code_version", lambda: "code-ffffffffffff")
+    assert study_runner.run_study("pin", lambda argv: calls.append(argv) or 0, smoke=str(tmp_path)) == 0
+    assert len(calls) == 2
+    (studies / "bad.yaml").write_text("title: b\ncode: {b: '87e82ac'}\n")
+    with pytest.raises(ValueError, match="code pins are sweep name -> 'code-HASH@COMMIT'"):
+        study_specs.load_study("bad")
+
+
 def test_runs_logged_before_and_after_a_key_existed_are_one_config():
     """Newer code logs ``after_meta.model={}`` (nothing after meta-training); runs of the same config
     logged before the key existed lack it. Their records must carry the same params (else a verdict row
@@ -547,3 +577,26 @@ def test_the_budget_rule_reads_the_longer_rerun_in_the_paired_tables(tmp_path, m
     assert "meta_train.steps=2000, layers=['delta'] | final_average | 3 | -0.400" in paired
     assert "meta_train.steps=1000, layers=['delta']" not in paired
     assert "meta_train.steps=1000, layers=['delta']" in text.split("Paired against")[0]      # the summary keeps it
+
+
+def test_declared_capacity_pairs_are_paired_at_every_point_with_one_holm_family(tmp_path, monkeypatch):
+    def run(layers, seed, scores, version="code-a"):
+        r = {**_run(layers, seed, [[1.0, 0.0], [0.9, 0.95]]), "config_id": f"{layers}{seed}", "code_version": version}
+        r["capacity"] = {"curve": {"metric": "accuracy", "points": [
+            {"facts": n, "score": x, "skill": x, "chance": 0.0} for n, x in zip((16, 64), scores)]}}
+        return r
+    runs = [run("ovq", s, (1.0, 0.6 + 0.01 * s)) for s in range(4)]
+    runs += [run("full", s, (1.0, 0.3 + 0.02 * s)) for s in range(3)]
+    runs.append(run("full", 3, (1.0, 0.3), version="code-b"))        # seed 3 of another code: not paired
+    _study_folder(tmp_path, monkeypatch, "cap", runs, "title: 'Cap'\nsetup: 'A setup.'\n"
+                  "capacity_pairs: [[ovq, full], [vq, full]]\n")
+    text = report.section(study_specs.load_study("cap"))
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| layers=['ovq'] | layers=['full']")]
+    assert [(r[2], r[3]) for r in rows] == [("16", "3"), ("64", "3")]
+    # at 64 facts: ovq 0.60, 0.61, 0.62 against full 0.30, 0.32, 0.34: +0.290; at 16 every pair ties (p 1)
+    assert rows[1][4].startswith("+0.290 [") and rows[0][4].startswith("+0.000") and rows[0][6] == "1"
+    assert "Note: layers=['ovq'] against layers=['full']: 1 seed(s) run by different code versions, not paired." in text
+    assert "Note: vq against full: no runs of one side yet." in text
+    with pytest.raises(ValueError, match="capacity_pairs are"):
+        (tmp_path / "studies" / "bad.yaml").write_text("title: b\ncapacity_pairs: [[ovq]]\n")
+        study_specs.load_study("bad")

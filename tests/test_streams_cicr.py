@@ -49,6 +49,47 @@ def test_the_encoding_carries_icrs_facts_and_labels():
     assert printed[16].split()[1] == "SEP" and "-> v" in printed[17]
 
 
+@pytest.mark.parametrize("shift", [0, 45])
+def test_no_stream_key_is_a_vector_meta_training_drew_even_from_its_own_region(shift):
+    # at 90 degrees the regions are far apart and this cannot fail; at 0 (study 22's setting) the stream
+    # draws from meta-training's own cap, and only distinct random numbers keep the vectors apart
+    data = cicr_data({**OPTIONS, "shift_degrees": shift})
+    d_key = data.info.config.d_key
+    meta = torch.cat([data.meta_train[i][0][:, :d_key] for i in range(len(data.meta_train))])
+    meta = meta[meta.abs().sum(-1) > 0]
+    keys = data.info.key_vectors
+    assert float((meta @ keys.T).max()) < 0.999
+    if shift == 0:   # the same region: as close as two independent draws from one cap are
+        assert float((meta @ data.info.centers[0]).mean()) > 0.8 and float((keys @ data.info.centers[0]).mean()) > 0.8
+
+
+def test_a_memory_that_persists_across_episodes_answers_the_test_episodes_from_the_stream_alone():
+    """Test episodes present nothing (``SEP q ...``): a memory that keeps every pair the training episodes
+    of experiences 0..j bound (the newest value per key vector) answers experience j's test queries, scored
+    against the facts in force, perfectly; one that keeps only the last training episode does not."""
+    data = cicr_data({**OPTIONS, "rebind_fraction": 0.25, "test_rebound_keys": True})
+    d_key = data.info.config.d_key
+    key_of = lambda v: tuple(v.tolist())
+    memory: dict = {}
+    for j in range(4):
+        last: dict = {}
+        for i in range(len(data.train[j])):
+            last = {}
+            for key, value, _ in _read_pairs(*data.train[j][i], d_key, key_of):
+                memory[key] = last[key] = value
+        right = {"all": [0, 0], "last episode": [0, 0]}
+        for i in range(len(data.test[j])):
+            x, y = data.test[j][i]
+            y = data.info.labels_in_force(j, j, x[None], y[None])[0]
+            for key, _, asked in _read_pairs(x, y, d_key, key_of):
+                if asked is not None:
+                    for name, m in (("all", memory), ("last episode", last)):
+                        right[name][0] += m.get(key) == asked
+                        right[name][1] += 1
+        assert right["all"][0] == right["all"][1] > 0, (j, right)
+        assert right["last episode"][0] < right["last episode"][1], (j, right)
+
+
 def test_stream_keys_come_from_shifted_regions_and_meta_training_draws_fresh_keys():
     data = cicr_data({**OPTIONS, "shift_degrees": 90})
     info = data.info
@@ -118,7 +159,8 @@ def test_continuous_values_are_vectors_scored_by_mse_and_the_probes_encode():
     ({"d_key": 4}, "d_key=4 must be >= n_experiences + 1"),
     ({"shift_degrees": 200}, "shift_degrees must be in [0, 180]"),
     ({"values": "tokens"}, "values must be one of"),
-    ({"key_spread": -1}, "key_spread must be >= 0"),
+    ({"key_spread": -1}, "key_spread must be > 0"),
+    ({"key_spread": 0}, "key_spread must be > 0"),
     ({"facts_per_episode": 40}, "facts_per_episode=40 exceeds the table size"),
 ])
 def test_bad_options_get_one_line(options, message):
