@@ -708,8 +708,8 @@ def capacity_paired_table(records: Iterable[RunRecord], pairs: Sequence[Sequence
     for pattern, base_pattern in pairs:
         try:
             key, base = find_group(groups, pattern), find_group(groups, base_pattern)
-        except ValueError:
-            notes.append(f"{pattern} against {base_pattern}: no runs of one side yet")
+        except ValueError as e:       # no runs of one side yet, or a pattern that matches several
+            notes.append(f"{pattern} against {base_pattern}: {str(e).split('; known')[0]}")
             continue
         mine, other = ({r.replicate: r for r in groups[k]} for k in (key, base))
         both = [s for s in mine if s in other]
