@@ -157,18 +157,7 @@ def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
     return out
 
 
-def _version(r: compare.RunRecord) -> str:
-    return r.code_version or "code version not recorded"
-
-
-def _by_replicate(runs: List[compare.RunRecord]) -> Dict[tuple, compare.RunRecord]:
-    """One run per replicate: a replicate run twice by one code (``--rerun``, two sweeps listing it) is
-    the latest run, as :func:`compare.deduplicated` keeps it."""
-    out: Dict[tuple, compare.RunRecord] = {}
-    for r in runs:
-        if r.replicate not in out or r.finished_at >= out[r.replicate].finished_at:
-            out[r.replicate] = r
-    return out
+_version = compare.version_of
 
 
 def _value(r: compare.RunRecord, endpoint: str, current: bool = True) -> float:
@@ -243,58 +232,65 @@ class _Comparison:
     learned: tuple = (0, 0)                    # ours, theirs: runs that passed the learned gates, of the pairs
     reference_skill: float = math.nan          # as_much on capacity@N: the reference's mean skill there
     note: str = ""                             # said after the numbers (code versions, learned counts)
+    values: tuple = ((), ())                   # ours, theirs per pair: an interval at another level (families)
+
+
+def _measured(claim: Claim):
+    """Whether a pair of runs measured the claim's endpoint (both values finite, over the same things)."""
+    def measured(a: compare.RunRecord, b: compare.RunRecord) -> bool:
+        x, y = _pair_values(a, b, claim.endpoint)
+        return not (math.isnan(x) or math.isnan(y))
+    return measured
 
 
 def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.RunRecord], name: str) -> _Comparison:
     """Pairs ``ours`` with ``theirs`` over the replicates both ran with one code version: where the runs
-    are of several, the version with the most pairs (the others are said, never pooled)."""
+    are of several, the version with the most pairs that measured the endpoint (the others are said,
+    never pooled)."""
     if claim.kind == "fails_to_learn":
-        nothing = [r for r in theirs if _learned_nothing(r)]
-        ours_learned = sum(r.learned is True for r in ours)
-        best = max((r.gate_skill for r in theirs if not math.isnan(r.gate_skill)), default=math.nan)
-        versions = sorted({_version(r) for r in ours + theirs})
-        ok = len(nothing) == len(theirs) and _most(ours_learned, len(ours))
-        cell = (f"{name}: {len(nothing)}/{len(theirs)} runs learned nothing (held-out and stream skill < "
-                f"{GateSection.min_stream_skill:g}; best held-out skill {best:.2f}; {claim.ours}: {ours_learned}/"
-                f"{len(ours)} learned)" + (f"; runs of {len(versions)} code versions" if len(versions) > 1 else ""))
-        return _Comparison(name, "yes" if ok else "no", cell, count=min(len(theirs), len(ours)))
-    per_version = {}
-    for v in sorted({_version(r) for r in ours} & {_version(r) for r in theirs}):
-        mine = _by_replicate([r for r in ours if _version(r) == v])
-        other = _by_replicate([r for r in theirs if _version(r) == v])
-        shared = sorted(set(mine) & set(other), key=str)
-        if shared:
-            per_version[v] = (mine, other, shared)
-    if not per_version:
+        return _fails_to_learn(claim, ours, theirs, name)
+    v, pairs, left_out, across = compare.pairs_in_one_version(ours, theirs, _measured(claim))
+    if v is None:
         versions = {_version(r) for r in ours + theirs}
-        if len(versions) > 1 and set(_by_replicate(ours)) & set(_by_replicate(theirs)):
+        if across and len(versions) > 1 and not compare.pairs_in_one_version(ours, theirs)[1]:
             return _Comparison(name, "refused", f"vs {name}: refused (its seeds and ours were run by {len(versions)} "
                                "code versions, none shared within one)", waits=False)
+        if compare.pairs_in_one_version(ours, theirs)[1]:
+            return _Comparison(name, "not measured", f"vs {name}: not measured (no pair of runs with "
+                               f"{claim.endpoint})", count=0, waits=False)
         return _Comparison(name, "no shared seeds", f"vs {name}: no seed run by both yet")
-    # the version with the most pairs; of two with as many, the later one (the newest run it holds)
-    v = max(per_version, key=lambda k: (len(per_version[k][2]), max(r.finished_at for r in per_version[k][0].values())))
-    mine, other, shared = per_version[v]
-    left_out = sum(_version(r) != v for r in ours + theirs)
     # one scoring for the whole comparison: against the facts in force only where every run has it
-    current = all(claim.endpoint in mine[s].summary_current and claim.endpoint in other[s].summary_current
-                  for s in shared)
-    values = [_pair_values(mine[s], other[s], claim.endpoint, current) for s in shared]
-    c = paired_comparison([a for a, _ in values], [b for _, b in values])
-    used = [s for s, (a, b) in zip(shared, values) if not (math.isnan(a) or math.isnan(b))]
-    learned = (sum(mine[s].learned is True for s in used), sum(other[s].learned is True for s in used))
-    skills = [_skill_at(other[s], claim.endpoint) for s in used]
-    skills = [x for x in skills if not math.isnan(x)]
-    note = f"learned {learned[0]}/{len(used)} vs {learned[1]}/{len(used)}"
+    current = all(claim.endpoint in a.summary_current and claim.endpoint in b.summary_current for a, b in pairs)
+    values = [_pair_values(a, b, claim.endpoint, current) for a, b in pairs]
+    c = paired_comparison([x for x, _ in values], [y for _, y in values])
+    learned = (sum(a.learned is True for a, _ in pairs), sum(b.learned is True for _, b in pairs))
+    skills = [x for x in (_skill_at(b, claim.endpoint) for _, b in pairs) if not math.isnan(x)]
+    note = f"learned {learned[0]}/{len(pairs)} vs {learned[1]}/{len(pairs)}"
     if left_out:
         note += f"; code {v} ({left_out} runs of other code versions not paired)"
     if c.n < 2:
-        if c.n == 0:
-            return _Comparison(name, "not measured", f"vs {name}: not measured (no pair of runs with "
-                               f"{claim.endpoint})", count=0, waits=False)
         return _Comparison(name, "too few pairs", f"vs {name}: {c.mean_difference:+.3f} from one pair of runs: too "
-                           "few pairs", count=1)
+                           "few pairs", count=c.n)
     return _Comparison(name, stat=c, count=c.n, learned=learned, note=note,
-                       reference_skill=statistics.fmean(skills) if skills else math.nan)
+                       reference_skill=statistics.fmean(skills) if skills else math.nan,
+                       values=([x for x, _ in values], [y for _, y in values]))
+
+
+def _fails_to_learn(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.RunRecord],
+                    name: str) -> _Comparison:
+    """Each side's runs, one per replicate (the latest): every seed of theirs learned nothing, ours learned
+    on most. Nothing is paired here (each run's gates are its own), so seeds made by different code
+    versions are read together, and the cell says how many versions they span."""
+    mine, their_runs = compare.latest_per_replicate(ours), compare.latest_per_replicate(theirs)
+    nothing = [r for r in their_runs.values() if _learned_nothing(r)]
+    ours_learned = sum(r.learned is True for r in mine.values())
+    best = max((r.gate_skill for r in their_runs.values() if not math.isnan(r.gate_skill)), default=math.nan)
+    versions = {_version(r) for r in list(mine.values()) + list(their_runs.values())}
+    ok = len(nothing) == len(their_runs) and _most(ours_learned, len(mine))
+    cell = (f"{name}: {len(nothing)}/{len(their_runs)} seeds learned nothing (held-out and stream skill < "
+            f"{GateSection.min_stream_skill:g}; best held-out skill {best:.2f}; {claim.ours}: {ours_learned}/"
+            f"{len(mine)} learned)" + (f"; seeds of {len(versions)} code versions" if len(versions) > 1 else ""))
+    return _Comparison(name, "yes" if ok else "no", cell, count=min(len(their_runs), len(mine)))
 
 
 def _comparisons(claim: Claim, root: str):
@@ -320,96 +316,125 @@ def _comparisons(claim: Claim, root: str):
     return out, None
 
 
-def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool) -> None:
-    """The answer and cell of a tested comparison (``cmp.stat`` set), by the claim's kind."""
+def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_size: int = 1) -> None:
+    """The answer and cell of a tested comparison (``cmp.stat`` set), by the claim's kind. ``family_size``:
+    the comparisons of its Holm family; an "as much" interval is read at 1 - 0.05 / family_size (95%
+    alone), the Bonferroni share of the family's 5%."""
     c, name = cmp.stat, cmp.name
     n = c.n
     if claim.kind == "more":
-        if math.isnan(c.p_t):
+        if not (_most(cmp.learned[0], n) or _most(cmp.learned[1], n)):
+            # two memories that both failed the learned gates on most seeds: their difference is about
+            # what neither learned, so it is said but not read as the claim's evidence either way
+            cmp.answer = "neither learned"
+        elif math.isnan(c.p_t):
             # every pair differs by the same nonzero amount: no t-test is made (see paired_comparison),
             # and a difference whose spread is unknown is neither a "yes" nor "no difference"
             cmp.answer = "no t-test"
             cmp.cell = f"vs {name}: every one of {n} pairs differs by {c.mean_difference:+.3f}: no t-test (zero variance)"
             return
-        better = c.mean_difference > 0 if higher else c.mean_difference < 0
-        cmp.answer = ("yes" if better else "opposite") if p_holm < 0.05 else "no difference"
-        if not (_most(cmp.learned[0], n) or _most(cmp.learned[1], n)):
-            # two memories that both failed the learned gates on most seeds: their difference is about
-            # what neither learned, so it is said but not read as the claim's evidence either way
-            cmp.answer = "neither learned"
+        else:
+            better = c.mean_difference > 0 if higher else c.mean_difference < 0
+            cmp.answer = ("yes" if better else "opposite") if p_holm < 0.05 else "no difference"
         cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], Holm p {p_holm:.2g}, "
                     f"{n} pairs ({cmp.note}): {cmp.answer}")
         return
     # as_much
-    if c.low == c.high and c.mean_difference != 0:
+    level = 1 - 0.05 / max(family_size, 1)
+    if level != 0.95:
+        c = paired_comparison(*cmp.values, level=level)
+    if not _most(cmp.learned[1], n):
+        cmp.answer = "reference did not learn"          # matching a reference that failed its gates says nothing
+    elif claim.endpoint.startswith("capacity@") and not cmp.reference_skill >= GateSection.min_skill:
+        # matching a reference that does not recall at this point is matching two memories at the floor
+        cmp.answer = "reference does not recall here"
+    elif c.low == c.high and c.mean_difference != 0:
         # a zero-width interval from pairs that all differ by the same amount is not evidence of a small
         # difference: it is too few seeds to see the spread
         cmp.answer = "no t-test"
         cmp.cell = (f"vs {name}: every one of {n} pairs differs by {c.mean_difference:+.3f}: no interval "
                     f"(zero variance; margin +-{claim.margin:g})")
         return
-    inside = -claim.margin <= c.low and c.high <= claim.margin
-    cmp.answer = "yes" if inside else "no"
-    if not _most(cmp.learned[1], n):
-        cmp.answer = "reference did not learn"          # matching a reference that failed its gates says nothing
-    elif claim.endpoint.startswith("capacity@") and not cmp.reference_skill >= GateSection.min_skill:
-        # matching a reference that does not recall at this point is matching two memories at the floor
-        cmp.answer = "reference does not recall here"
+    else:
+        cmp.answer = "yes" if -claim.margin <= c.low and c.high <= claim.margin else "no"
     skill = (f"; {name}'s skill there {cmp.reference_skill:.2f}" if not math.isnan(cmp.reference_skill) else "")
-    cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] (margin +-{claim.margin:g}), "
-                f"{n} pairs ({cmp.note}{skill}): {cmp.answer}")
+    interval = "" if level == 0.95 else f" ({level:.1%} interval: a family of {family_size})"
+    cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{interval} (margin "
+                f"+-{claim.margin:g}), {n} pairs ({cmp.note}{skill}): {cmp.answer}")
+
+
+READ = ("yes", "no", "no difference", "opposite")
+NOT_READ = ("neither learned", "reference did not learn", "reference does not recall here")
+NOT_MADE = ("not measured", "no runs", "too few pairs", "no shared seeds")
 
 
 def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
+    """The claim's verdict from its answers. Only comparisons read count as evidence: "reproduced" needs
+    every declared comparison read and "yes"; one not read (a side failed its gates) or not made (not
+    measured, too few pairs) is said beside the verdict, and never turns it into "not reproduced"."""
     answers = [c.answer for c in comparisons]
-    k, n = sum(a == "yes" for a in answers), len(answers)
+    n = len(answers)
     if n and all(a == "no runs" for a in answers):
         return f"not run yet (no runs of {', '.join(claim.against)})"
     # The verdict is declared over claim.seeds pairs; one read from fewer would be a peek. A comparison
     # whose runs never measured the endpoint will not gain pairs by waiting: it does not hold the others.
     waiting = [c.count for c in comparisons if c.waits]
     if claim.seeds and waiting and min(waiting) < claim.seeds:
-        return (f"pending ({min(waiting)} of {claim.seeds} {'runs' if claim.kind == 'fails_to_learn' else 'pairs'} "
+        return (f"pending ({min(waiting)} of {claim.seeds} {'seeds' if claim.kind == 'fails_to_learn' else 'pairs'} "
                 "in the comparison with fewest)")
     refused = sum(a == "refused" for a in answers)
     if refused:
         return (f"incomplete: {refused} of {n} comparisons refused (no seed run by both within one code "
                 "version); rerun them with one code")
-    if n and all(a in ("not measured", "no runs", "too few pairs", "no shared seeds") for a in answers):
-        return "too few pairs" if "too few pairs" in answers else f"not measured ({claim.endpoint})"
     untested = sum(a == "no t-test" for a in answers)
     if untested:
         return f"undecided ({untested} of {n} comparisons without a test: every pair differs by the same amount)"
-    if all(a == "neither learned" for a in answers):
-        return "not testable here: neither side passed the learned gates on most seeds, in every comparison"
-    if all(a in ("reference did not learn", "reference does not recall here") for a in answers):
-        return ("not testable here: the reference " + ("does not recall at this point (its skill there is below "
-                f"the learned gate's {GateSection.min_skill:g})" if "reference does not recall here" in answers
-                else "failed the learned gates"))
-    verdict = "reproduced" if n and k == n else (f"partly ({k} of {n})" if k else "not reproduced")
-    side = [a for a in answers if a in ("neither learned", "reference did not learn", "reference does not recall here")]
-    return verdict + (f"; {len(side)} of {n} comparisons not read ({', '.join(sorted(set(side)))})" if side else "")
+    read = [a for a in answers if a in READ]
+    k = sum(a == "yes" for a in read)
+    aside = [a for a in answers if a not in READ]
+    reasons = ", ".join(sorted(set(aside)))
+    if not read:
+        if all(a == "neither learned" for a in answers):
+            return "not testable here: neither side passed the learned gates on most seeds, in every comparison"
+        if all(a in ("reference did not learn", "reference does not recall here") for a in answers):
+            return ("not testable here: the reference " + ("does not recall at this point (its skill there is "
+                    f"below the learned gate's {GateSection.min_skill:g})" if "reference does not recall here" in answers
+                    else "failed the learned gates"))
+        if all(a in NOT_MADE for a in answers):
+            return "too few pairs" if "too few pairs" in answers else f"not measured ({claim.endpoint})"
+        return f"not testable here: no comparison could be read ({reasons})"
+    if not aside:
+        return "reproduced" if k == n else (f"partly ({k} of {n})" if k else "not reproduced")
+    said = f"{len(aside)} of {n} comparisons not read ({reasons})"
+    return f"partly ({k} of {n}); {said}" if k else f"not reproduced in the {len(read)} read; {said}"
 
 
 def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
     """Every claim's comparisons, answers and verdict (module docstring). Holm runs over each family:
     the claims that share a ``family`` name (a study's declared family split over several rows), else the
-    claim alone; every comparison of the family counts in it, a comparison without a t-test as p = 1, so
-    that the data cannot shrink a declared family and turn another comparison's "no difference" into "yes"."""
+    claim alone. Every declared comparison of the family counts in it: one without a t-test, and each of
+    a member claim's comparisons while it has no runs, as p = 1, so that the data cannot shrink a declared
+    family and turn another comparison's "no difference" into "yes". A family's verdicts wait until every
+    member has its declared pairs (a member still pending would move the others' adjusted p)."""
     staged = [_comparisons(c, root) for c in claims]
-    families: Dict[str, List[_Comparison]] = {}
-    for i, (claim, (comparisons, _)) in enumerate(zip(claims, staged)):
-        if comparisons is not None and claim.kind in ("more", "as_much"):
-            families.setdefault(claim.family or f"#{i}", []).extend(comparisons)
+    families: Dict[str, List[int]] = {}
+    for i, claim in enumerate(claims):
+        if claim.kind in ("more", "as_much"):
+            families.setdefault(claim.family or f"#{i}", []).append(i)
     p_holm: Dict[int, float] = {}
+    size: Dict[int, int] = {}
     for members in families.values():
-        ps = [1.0 if m.stat is None or math.isnan(m.stat.p_t) else m.stat.p_t for m in members]
-        for m, p in zip(members, holm(ps)):
+        tested = [m for i in members if staged[i][0] is not None for m in staged[i][0]]
+        placeholders = sum(len(claims[i].against) for i in members if staged[i][0] is None)
+        ps = [1.0 if m.stat is None or math.isnan(m.stat.p_t) else m.stat.p_t for m in tested] + [1.0] * placeholders
+        for m, p in zip(tested, holm(ps)):
             p_holm[id(m)] = p
-    results = []
-    for claim, (comparisons, early) in zip(claims, staged):
+        for i in members:
+            size[i] = len(ps)
+    verdicts: List[ClaimResult] = []
+    for i, (claim, (comparisons, early)) in enumerate(zip(claims, staged)):
         if comparisons is None:
-            results.append(ClaimResult(claim, [], [], early))
+            verdicts.append(ClaimResult(claim, [], [], early))
             continue
         if claim.kind in ("more", "as_much"):
             records = _records(claim, root)
@@ -417,10 +442,18 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
             metric = groups[compare.find_group(groups, claim.ours)][0].metric
             for m in comparisons:
                 if m.stat is not None:
-                    _answer(claim, m, p_holm[id(m)], _higher_is_better(claim.endpoint, metric))
-        results.append(ClaimResult(claim, [m.cell for m in comparisons], [m.answer for m in comparisons],
-                                   _verdict(claim, comparisons)))
-    return results
+                    _answer(claim, m, p_holm[id(m)], _higher_is_better(claim.endpoint, metric), size[i])
+        verdicts.append(ClaimResult(claim, [m.cell for m in comparisons], [m.answer for m in comparisons],
+                                    _verdict(claim, comparisons)))
+    for name, members in families.items():
+        if len(members) < 2:
+            continue
+        waiting = [i for i in members if verdicts[i].verdict.startswith(("pending", "not run yet"))]
+        for i in members:
+            if waiting and i not in waiting:
+                verdicts[i].verdict = (f"pending (its Holm family, {name}, waits for {len(waiting)} of its "
+                                       f"{len(members)} rows)")
+    return verdicts
 
 
 def evaluate(claim: Claim, root: str) -> ClaimResult:

@@ -645,6 +645,43 @@ def position_table(records: Iterable[RunRecord]) -> str:
     return "\n".join(lines)
 
 
+def version_of(r: RunRecord) -> str:
+    return r.code_version or "code version not recorded"
+
+
+def latest_per_replicate(runs: Iterable[RunRecord]) -> Dict[Tuple, RunRecord]:
+    """One run per replicate: a replicate run twice by one code (``--rerun``, two sweeps listing it) is
+    the latest run (``finished_at``; a record's place in its list where it has no time), as
+    :func:`deduplicated` keeps it."""
+    out: Dict[Tuple, RunRecord] = {}
+    for r in runs:
+        if r.replicate not in out or r.finished_at >= out[r.replicate].finished_at:
+            out[r.replicate] = r
+    return out
+
+
+def pairs_in_one_version(mine: Sequence[RunRecord], other: Sequence[RunRecord],
+                         measured: Callable[[RunRecord, RunRecord], bool] = lambda a, b: True):
+    """Pairs ``mine`` with ``other`` on the replicates both ran with one code version: the version whose
+    pairs ``measured`` accepts most often (of two alike, the one holding the latest run). Returns
+    (version or None, [(mine, other)] of that version's measured pairs, runs of other versions left
+    out, whether some replicate is shared only across versions)."""
+    best = None
+    for v in sorted({version_of(r) for r in mine} & {version_of(r) for r in other}):
+        a = latest_per_replicate(r for r in mine if version_of(r) == v)
+        b = latest_per_replicate(r for r in other if version_of(r) == v)
+        pairs = [(a[s], b[s]) for s in sorted(set(a) & set(b), key=str) if measured(a[s], b[s])]
+        rank = (len(pairs), max([x.finished_at for pair in pairs for x in pair], default=-math.inf))
+        if pairs and (best is None or rank > best[0]):
+            best = (rank, v, pairs)
+    across = bool(set(latest_per_replicate(mine)) & set(latest_per_replicate(other)))
+    if best is None:
+        return None, [], 0, across
+    _, v, pairs = best
+    left_out = sum(version_of(r) != v for r in list(mine) + list(other))
+    return v, pairs, left_out, across
+
+
 def _pairs_against(groups: Dict[str, List[RunRecord]], base_key: str):
     """(key, [(run, baseline run)]) for every other group, its runs paired with the baseline's on the
     replicates (seed of model, seed of data) both ran."""
@@ -711,18 +748,17 @@ def capacity_paired_table(records: Iterable[RunRecord], pairs: Sequence[Sequence
         except ValueError as e:       # no runs of one side yet, or a pattern that matches several
             notes.append(f"{pattern} against {base_pattern}: {str(e).split('; known')[0]}")
             continue
-        mine, other = ({r.replicate: r for r in groups[k]} for k in (key, base))
-        both = [s for s in mine if s in other]
-        shared = [s for s in both if mine[s].code_version == other[s].code_version]
-        if len(shared) < len(both):
-            notes.append(f"{key} against {base}: {len(both) - len(shared)} seed(s) run by different code versions, "
-                         "not paired")
-        ladder = sorted({p["facts"] for s in shared for p in capacity_points(mine[s])}
-                        & {p["facts"] for s in shared for p in capacity_points(other[s])})
+        version, pairs, left_out, _ = pairs_in_one_version(groups[key], groups[base])
+        if left_out:
+            notes.append(f"{key} against {base}: paired within {version} ({left_out} runs of other code versions "
+                         "not paired)")
+        ladder = sorted({p["facts"] for a, _ in pairs for p in capacity_points(a)}
+                        & {p["facts"] for _, b in pairs for p in capacity_points(b)})
         for n in ladder:
-            c = paired_comparison([point(mine[s], n, "score") for s in shared], [point(other[s], n, "score") for s in shared])
+            c = paired_comparison([point(a, n, "score") for a, _ in pairs], [point(b, n, "score") for _, b in pairs])
             skills = [statistics.fmean(x) if x else math.nan for x in
-                      ([v for v in (point(g[s], n, "skill") for s in shared) if not math.isnan(v)] for g in (mine, other))]
+                      ([v for v in (point(r, n, "skill") for r in side) if not math.isnan(v)]
+                       for side in ([a for a, _ in pairs], [b for _, b in pairs]))]
             rows.append((key, base, n, c, skills))
     adjusted = holm([1.0 if math.isnan(c.p_t) else c.p_t for *_, c, _ in rows]) if rows else []
     lines = ["| configuration | baseline | facts | n pairs | recall, configuration - baseline [95% CI] | mean skill "

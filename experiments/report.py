@@ -700,13 +700,15 @@ def _one_run_per_replicate(records: List[compare.RunRecord]) -> Tuple[List[compa
     """A section's runs with each replicate of a configuration once, and notes on code versions.
 
     The same configuration and seeds run by two code versions (``_raw`` keeps both) would count one seed
-    twice in a section's means and pairs: the later run is kept (the later file, or later in its file)
+    twice in a section's means and pairs: the later run is kept (by its end time; else the later file, or
+    later in its file)
     and a note says how many were left out. Different seeds of one configuration made by different code
     versions are pooled here, as the sections' findings read them, and a note names each such
     configuration; the verdict and the answer tables never pool versions (``compare.deduplicated``)."""
     latest: Dict[str, int] = {}
-    for i, r in enumerate(records):
-        if r.config_id is not None:
+    for i, r in enumerate(records):           # the later run: by its end time, then by its place in the lists
+        if r.config_id is not None and (r.config_id not in latest or
+                                        r.finished_at >= records[latest[r.config_id]].finished_at):
             latest[r.config_id] = i
     kept = [r for i, r in enumerate(records) if r.config_id is None or latest[r.config_id] == i]
     notes = []
@@ -717,8 +719,9 @@ def _one_run_per_replicate(records: List[compare.RunRecord]) -> Tuple[List[compa
         versions = Counter(r.code_version or "not recorded" for r in runs)
         if len(versions) > 1:
             listed = ", ".join(f"{v} (n={n})" for v, n in sorted(versions.items()))
-            notes.append(f"{name}: its seeds were run by {len(versions)} code versions, pooled here ({listed}); the "
-                         "verdict pairs within one version only")
+            notes.append(f"{name}: its seeds were run by {len(versions)} code versions, pooled here ({listed}), and "
+                         "this section's paired tables pair them with the baseline's seeds whatever their code; the "
+                         "verdict, the claims and the paired capacity table pair within one version only")
     return kept, notes
 
 
@@ -744,6 +747,7 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                   "2-core CPU machine (a run shares its meta-training with runs that meta-train the same: "
                   "those take less).", ""]
     parts += [code_versions_line(raw), ""]
+    every_run = records                 # the paired capacity table chooses its own code version
     records, version_notes = _one_run_per_replicate(records)
     parts += [*(f"Note: {note}." for note in version_notes), *([""] if version_notes else [])]
     parts += [compare.summary_table(records), ""]
@@ -751,7 +755,7 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         if table:
             parts += [caption, "", table, ""]
     if spec.capacity_pairs:
-        table = compare.capacity_paired_table(records, spec.capacity_pairs)
+        table = compare.capacity_paired_table(every_run, spec.capacity_pairs)
         if table:
             parts += ["Capacity curves paired (the declared pairs, each at every number of facts both measured: recall, "
                       "configuration - baseline, over the seeds both ran with one code version; Holm over the whole "

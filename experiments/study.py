@@ -146,9 +146,14 @@ def smoke_repeats(spec: StudySpec) -> List[int]:
 
 
 def sweep_name(argv: Sequence[str]) -> Optional[str]:
-    """The ``--name`` of an ``ovq-cl sweep`` command's arguments (None without one)."""
+    """The ``--name`` of a command's arguments (``--name X`` or ``--name=X``; None without one)."""
     argv = list(argv)
-    return argv[argv.index("--name") + 1] if "--name" in argv[:-1] else None
+    for i, a in enumerate(argv):
+        if a == "--name" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--name="):
+            return a.split("=", 1)[1]
+    return None
 
 
 def pinned_elsewhere(spec: StudySpec, version: str) -> List[Tuple[int, str, str, str]]:
@@ -156,7 +161,10 @@ def pinned_elsewhere(spec: StudySpec, version: str) -> List[Tuple[int, str, str,
     ``code``) to a code version other than ``version``."""
     out = []
     for i, command in enumerate(spec.commands):
-        name = sweep_name(shlex.split(command))
+        argv = shlex.split(command)
+        if argv[:2] != ["ovq-cl", "sweep"]:          # pins are about runs: only sweeps make them
+            continue
+        name = sweep_name(argv)
         pin = spec.code.get(name) if name in spec.code else spec.code.get("*")
         if pin:
             pinned, commit = pin.split("@")
@@ -183,9 +191,9 @@ def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[st
     if elsewhere and not skip_pinned:
         listed = "; ".join(f"{n} from {v} (commit {c})" for n, v, c in elsewhere.values())
         raise ValueError(f"study {name}: this checkout is {code_version()}, and these sweeps must run from other code: "
-                         f"{listed}. Run each from a worktree of its commit (git worktree add ../ovq-cl-COMMIT COMMIT, "
-                         "then its command from the study's file there) and merge its results (ovq-cl merge), or pass "
-                         "--skip-pinned to run the others")
+                         f"{listed}. Run each from a worktree of its commit (git worktree add ../ovq-cl-COMMIT COMMIT), "
+                         "with its command copied from this checkout's study file (the commit's own file may not have "
+                         "it), then bring its results JSON here; or pass --skip-pinned to run the others")
     for i, command in enumerate(spec.commands):
         if i in elsewhere:
             n, v, c = elsewhere[i]

@@ -101,6 +101,11 @@ def load_study(name: str) -> StudySpec:
     bad_pins = {k: v for k, v in spec.code.items() if not re.fullmatch(r"code-[0-9a-f]{6,64}@[0-9a-f]{7,40}", str(v))}
     if bad_pins:
         raise ValueError(f"study {name}: code pins are sweep name -> 'code-HASH@COMMIT', got {bad_pins}")
+    names = {a.split("=", 1)[1] if a.startswith("--name=") else None for c in spec.commands for a in c.split()}
+    names |= {m.group(1) for c in spec.commands for m in re.finditer(r"--name\s+(\S+)", c)}
+    stray = sorted(k for k in spec.code if k != "*" and k not in names)
+    if stray:
+        raise ValueError(f"study {name}: code pins name no sweep of its commands: {stray}")
     bad_pairs = [pair for pair in spec.capacity_pairs if len(pair) != 2]
     if bad_pairs:
         raise ValueError(f"study {name}: capacity_pairs are [configuration, baseline] patterns, got {bad_pairs}")

@@ -71,7 +71,7 @@ def test_as_much_needs_the_whole_interval_inside_the_margin(root):
 def test_fails_to_learn_untestable_missing_and_refused(root):
     fails = Claim("c", "t", kind="fails_to_learn", against=["delta", "ssm"], results=["results/a.json"])
     result = evaluate(fails, root)
-    assert result.answers == ["yes", "no"] and "delta: 6/6 runs learned nothing" in result.cells[0]
+    assert result.answers == ["yes", "no"] and "delta: 6/6 seeds learned nothing" in result.cells[0]
     assert evaluate(Claim("c", "t", kind="untestable", untestable="no GPU"), root).verdict == "not testable here: no GPU"
     assert evaluate(Claim("c", "t", against=["ssm"], results=["results/none.json"]), root).verdict == "not run yet"
     mixed = evaluate(Claim("c", "t", against=["ssm"], results=["results/b.json"]), root)
@@ -107,7 +107,7 @@ def test_a_verdict_waits_for_the_declared_pairs(root):
     short = evaluate(Claim("c", "t", against=["ssm", "nothing"], results=["results/a.json"], seeds=6), root)
     assert short.verdict.startswith("pending (0 of 6")                 # a mixer without runs holds it too
     fails = Claim("c", "t", kind="fails_to_learn", against=["delta"], results=["results/a.json"], seeds=7)
-    assert evaluate(fails, root).verdict == "pending (6 of 7 runs in the comparison with fewest)"
+    assert evaluate(fails, root).verdict == "pending (6 of 7 seeds in the comparison with fewest)"
     # a refused comparison (vq of another code) does not let a short one (ssm, 3 of 6 pairs) be read
     runs = ([_run("ovq", s, 0.6 + 0.01 * s) for s in range(6)] + [_run("ssm", s, 0.3 + 0.02 * s) for s in range(3)]
             + [_run("vq", s, 0.9, version="code-b") for s in range(6)])
@@ -197,7 +197,7 @@ def test_fails_to_learn_means_learned_nothing_not_failed_the_gate(tmp_path):
     (tmp_path / "results" / "f.json").write_text(json.dumps(runs))
     result = evaluate(Claim("c", "t", kind="fails_to_learn", against=["vq"], results=["results/f.json"], seeds=3),
                       str(tmp_path))
-    assert result.answers == ["no"] and "2/3 runs learned nothing" in result.cells[0] and "0.44" in result.cells[0]
+    assert result.answers == ["no"] and "2/3 seeds learned nothing" in result.cells[0] and "0.44" in result.cells[0]
     assert result.verdict == "not reproduced"
 
 
@@ -285,3 +285,93 @@ def test_a_comparison_reads_one_scoring_for_all_its_pairs(tmp_path):
     root = _write(tmp_path, "s.json", runs)
     result = evaluate(Claim("c", "t", against=["ssm"], results=["results/s.json"], seeds=3), root)
     assert result.cells[0].startswith("vs ssm: +0.09")
+
+
+def _capacity_run(layers, seed, score, version, skill=0.9):
+    r = _run(layers, seed, 0.5, version=version)
+    if score is not None:
+        r["capacity"] = {"curve": {"metric": "accuracy", "points": [{"facts": 64, "score": score, "skill": skill}]}}
+    return r
+
+
+def test_the_version_chosen_is_the_one_with_most_pairs_that_measured_the_endpoint(tmp_path):
+    # code-old ran seeds 0-4 of both without the 64-fact point; code-new ran seeds 0-2 with it
+    runs = [_capacity_run(m, s, None, "code-old") for m in ("ovq", "full") for s in range(5)]
+    runs += [_capacity_run("ovq", s, 0.9 + 0.01 * s, "code-new") for s in range(3)]
+    runs += [_capacity_run("full", s, 0.9 + 0.01 * s + (0.002 if s % 2 else -0.002), "code-new") for s in range(3)]
+    root = _write(tmp_path, "v.json", runs)
+    result = evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/v.json"],
+                            endpoint="capacity@64", margin=0.05, seeds=3), root)
+    assert result.answers == ["yes"] and "code code-new (10 runs of other code versions not paired)" in result.cells[0]
+
+
+def test_comparisons_not_made_or_not_read_never_make_not_reproduced(tmp_path):
+    runs = [_run("ovq", s, 0.6 + 0.01 * s, learned=False) for s in range(3)]
+    runs += [_run("linear", s, 0.3, learned=False) for s in range(3)]
+    runs += [{**_run("vq", s, 0.5), "summary": {}} for s in range(3)]          # never measured the endpoint
+    runs += [_run("ssm", s, 0.2 + 0.01 * s + (0.002 if s % 2 else 0)) for s in range(3)]
+    root = _write(tmp_path, "n.json", runs)
+    nothing = evaluate(Claim("c", "t", against=["linear", "vq"], results=["results/n.json"], seeds=3), root)
+    assert nothing.answers == ["neither learned", "not measured"]
+    assert nothing.verdict == "not testable here: no comparison could be read (neither learned, not measured)"
+    some = evaluate(Claim("c", "t", against=["ssm", "vq"], results=["results/n.json"], seeds=3), root)
+    assert some.answers == ["yes", "not measured"]
+    assert some.verdict == "partly (1 of 2); 1 of 2 comparisons not read (not measured)"
+
+
+def test_fails_to_learn_counts_seeds_not_runs(tmp_path):
+    # seeds 0-2 of vq by two codes (or rerun) are 3 seeds, not 6: a declared 5 is not met
+    runs = [_run("ovq", s, 0.6, version=v) for s in range(3) for v in ("code-a", "code-b")]
+    runs += [_run("vq", s, 0.1, learned=False, version=v) for s in range(3) for v in ("code-a", "code-b")]
+    root = _write(tmp_path, "f2.json", runs)
+    result = evaluate(Claim("c", "t", kind="fails_to_learn", against=["vq"], results=["results/f2.json"], seeds=5), root)
+    assert result.verdict == "pending (3 of 5 seeds in the comparison with fewest)"
+    assert "3/3 seeds learned nothing" in result.cells[0] and "ovq: 3/3 learned" in result.cells[0]
+
+
+def test_a_family_counts_a_member_without_runs_and_waits_for_it(tmp_path):
+    runs = [_run("ovq", s, 0.6 + 0.01 * s) for s in range(5)]
+    runs += [_run("ssm", s, 0.55 + 0.01 * s + (0.01 if s % 2 else -0.01)) for s in range(5)]
+    root = _write(tmp_path, "w.json", runs)
+    a = Claim("a", "t", against=["ssm"], results=["results/w.json"], seeds=5, family="F")
+    b = Claim("b", "t", against=["vq"], results=["results/none.json"], seeds=5, family="F")   # not run yet
+    alone, joint = claims.evaluate_claims([claims.replace(a, family="")], root)[0], claims.evaluate_claims([a, b], root)
+    p = lambda r: float(r.cells[0].split("Holm p ")[1].split(",")[0])
+    assert p(joint[0]) == pytest.approx(2 * p(alone), rel=0.05)           # b's comparison counts as p = 1
+    assert alone.verdict == "reproduced" and joint[0].verdict == "pending (its Holm family, F, waits for 1 of its 2 rows)"
+    assert joint[1].verdict == "not run yet"
+    # a fails_to_learn claim in the same family changes no one's adjustment
+    c = Claim("c", "t", kind="fails_to_learn", against=["ssm"], results=["results/w.json"], seeds=5, family="F")
+    with_c = claims.evaluate_claims([claims.replace(a, family="G"), claims.replace(c, family="G")], root)
+    assert p(with_c[0]) == pytest.approx(p(alone))
+
+
+def test_most_seeds_means_more_than_half_and_the_latest_rerun_counts(tmp_path):
+    # ours and theirs each learned on exactly 2 of 4 seeds: neither learned on most
+    runs = [_run("ovq", s, 0.6 + 0.01 * s, learned=s < 2) for s in range(4)]
+    runs += [_run("ssm", s, 0.3 + 0.02 * s, learned=s >= 2) for s in range(4)]
+    root = _write(tmp_path, "m2.json", runs)
+    half = evaluate(Claim("c", "t", against=["ssm"], results=["results/m2.json"], seeds=4), root)
+    assert half.answers == ["neither learned"]
+    # seed 0 of ssm run again by the same code, later in the list: the later run is the one paired
+    runs.append(_run("ssm", 0, 0.9))
+    root = _write(tmp_path, "m2.json", runs)
+    later = evaluate(Claim("c", "t", against=["ssm"], results=["results/m2.json"], seeds=4), root)
+    assert "learned 2/4 vs 3/4" in later.cells[0]
+
+
+def test_an_as_much_interval_in_a_family_is_read_at_the_familys_share_of_five_percent(tmp_path):
+    runs = [_run("ovq", s, 0.60 + 0.01 * s) for s in range(6)]
+    runs += [_run("full", s, 0.60 + 0.01 * s + (0.012 if s % 2 else -0.012)) for s in range(6)]
+    runs += [_run("ssm", s, 0.3 + 0.02 * s) for s in range(6)]
+    root = _write(tmp_path, "e.json", runs)
+    match = Claim("m", "t", kind="as_much", against=["full"], results=["results/e.json"], margin=0.02, seeds=6)
+    more = Claim("b", "t", against=["ssm"], results=["results/e.json"], seeds=6)
+    alone = evaluate(match, root)
+    together = claims.evaluate_claims([claims.replace(match, family="F"), claims.replace(more, family="F")], root)[0]
+    assert alone.answers == ["yes"] and "interval" not in alone.cells[0].split("(margin")[0]
+    assert "97.5% interval: a family of 2" in together.cells[0]
+    def width(cell):
+        low, high = (float(x) for x in cell.split("[")[1].split("]")[0].split(", "))
+        return high - low
+    assert width(together.cells[0]) > width(alone.cells[0])

@@ -357,6 +357,16 @@ def test_a_sweep_pinned_to_other_code_is_refused_before_anything_runs(tmp_path, 
     (studies / "bad.yaml").write_text("title: b\ncode: {b: '87e82ac'}\n")
     with pytest.raises(ValueError, match="code pins are sweep name -> 'code-HASH@COMMIT'"):
         study_specs.load_study("bad")
+    (studies / "stray.yaml").write_text("title: b\ncommands: ['ovq-cl sweep a.yaml --name a']\n"
+                                        "code: {c: 'code-0123456789ab@87e82ac'}\n")
+    with pytest.raises(ValueError, match=r"code pins name no sweep of its commands: \['c'\]"):
+        study_specs.load_study("stray")
+    # --name=X is pinned like --name X; a "*" pin leaves commands that make no runs alone
+    (studies / "forms.yaml").write_text(
+        "title: f\ncommands: ['ovq-cl sweep a.yaml --name=a', 'ovq-cl merge results/x.json a.json', "
+        "'ovq-cl sweep b.yaml --name b']\ncode: {'*': 'code-0123456789ab@87e82ac', b: 'code-ffffffffffff@1234567'}\n")
+    pinned = study_runner.pinned_elsewhere(study_specs.load_study("forms"), "code-ffffffffffff")
+    assert [(i, n) for i, n, *_ in pinned] == [(0, "a")]
 
 
 def test_runs_logged_before_and_after_a_key_existed_are_one_config():
@@ -593,10 +603,12 @@ def test_declared_capacity_pairs_are_paired_at_every_point_with_one_holm_family(
     text = report.section(study_specs.load_study("cap"))
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| layers=['ovq'] | layers=['full']")]
     assert [(r[2], r[3]) for r in rows] == [("16", "3"), ("64", "3")]
-    # at 64 facts: ovq 0.60, 0.61, 0.62 against full 0.30, 0.32, 0.34: +0.290; at 16 every pair ties (p 1)
+    # at 64 facts: ovq 0.60, 0.61, 0.62 against full 0.30, 0.32, 0.34: +0.290; at 16 every pair ties (p 1);
+    # seed 3 of full is code-b's, so code-a's three pairs are the ones read
     assert rows[1][4].startswith("+0.290 [") and rows[0][4].startswith("+0.000") and rows[0][6] == "1"
-    assert "Note: layers=['ovq'] against layers=['full']: 1 seed(s) run by different code versions, not paired." in text
-    assert "Note: vq against full: " in text and "vq" in text.split("Note: vq against full: ")[1].split("\n")[0]
+    assert ("Note: layers=['ovq'] against layers=['full']: paired within code-a (1 runs of other code versions not "
+            "paired).") in text
+    assert "Note: vq against full: baseline 'vq' matches 0 configurations." in text
     with pytest.raises(ValueError, match="capacity_pairs are"):
         (tmp_path / "studies" / "bad.yaml").write_text("title: b\ncapacity_pairs: [[ovq]]\n")
         study_specs.load_study("bad")
