@@ -766,8 +766,8 @@ def capacity_paired_table(records: Iterable[RunRecord], pairs: Sequence[Sequence
     for (key, base, n, c, skills), p in zip(rows, adjusted):
         diff = f"{c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]" if c.n >= 2 else (
             f"{c.mean_difference:+.3f} (1 pair)" if c.n == 1 else "-")
-        lines.append(f"| {key} | {base} | {n} | {c.n} | {diff} | {skills[0]:.2f} / {skills[1]:.2f} | {_g(c.p_t)} | "
-                     f"{_g(p)} |")
+        skill = " / ".join("-" if math.isnan(x) else f"{x:.2f}" for x in skills)
+        lines.append(f"| {key} | {base} | {n} | {c.n} | {diff} | {skill} | {_g(c.p_t)} | {_g(p)} |")
     return "\n".join(lines + ([""] + [f"Note: {note}." for note in notes] if notes else []))
 
 

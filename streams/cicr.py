@@ -13,7 +13,12 @@ continuous``, scored by mean squared error). A key's vector comes from a **regio
 
 - meta-training (and every meta-training item) draws **fresh** key vectors (and, with continuous values,
   fresh value vectors) for each item from the meta region, centred on m0: no key or value of
-  meta-training is ever met again, so the model learns to store arbitrary keys, not a key set;
+  meta-training is ever met again, so the model learns to store arbitrary keys, not a key set. With
+  ``meta_regions: random`` each item has a region of its own, a random centre at least
+  ``meta_exclusion_degrees`` from every experience's centre: the key projection learns every direction
+  (with one meta region it learns one cap, and keys from elsewhere defeat it, whatever the memory),
+  while no item comes near the stream's regions. This is the paper's regime: a codebook fitted in
+  meta-training has spread its codes over directions the stream's keys do not come from;
 - experience j's keys are fixed vectors (one per key token of its table, a pure function of the seed)
   from a cap centred on ``c_j = cos(shift) m0 + sin(shift) u_j``, u_j orthonormal directions orthogonal
   to m0 (random, from the seed): with ``shift_degrees`` 90 every experience's region lies where
@@ -51,6 +56,7 @@ from streams.common import EpisodeDataset, StreamData, StreamInfo, load_config, 
 from streams.icr import ICRConfig, ICRInfo, icr_config, icr_data, key_regions
 
 VALUE_KINDS = ("discrete", "continuous")
+META_REGIONS = ("one", "random")
 
 
 @dataclass
@@ -58,6 +64,10 @@ class CICRConfig(ICRConfig):
     d_key: int = 16                        # key vectors live in R^d_key (unit norm)
     key_spread: float = 0.5                # a region's spread around its centre (0: every key the centre)
     shift_degrees: float = 90.0            # angle between meta-training's region and each experience's
+    meta_regions: str = "one"              # one: every meta-training item from the meta region (centre m0);
+    #                                        random: each item from a region of its own, a random centre at
+    #                                        least meta_exclusion_degrees from every experience's centre
+    meta_exclusion_degrees: float = 60.0   # random: how far a meta-training centre stays from the stream's
     values: str = "discrete"               # discrete (classes, accuracy) | continuous (unit vectors, MSE)
     d_value: int = 16                      # continuous values: their dimension
 
@@ -110,6 +120,10 @@ def cicr_config(user: Any = None) -> CICRConfig:
             f"got {cfg.key_spread}")
     require(0 <= cfg.shift_degrees <= 180, what, f"shift_degrees must be in [0, 180], got {cfg.shift_degrees}")
     require(cfg.values in VALUE_KINDS, what, f"values must be one of {VALUE_KINDS}, got {cfg.values!r}")
+    require(cfg.meta_regions in META_REGIONS, what, f"meta_regions must be one of {META_REGIONS}, got {cfg.meta_regions!r}")
+    require(0 <= cfg.meta_exclusion_degrees < 90, what,
+            f"meta_exclusion_degrees must be in [0, 90) (a random centre must be able to avoid every experience's), "
+            f"got {cfg.meta_exclusion_degrees}")
     require(cfg.d_value >= 1, what, f"d_value must be >= 1, got {cfg.d_value}")
     icr_config(_icr_options(cfg))          # ICR's own checks, with its messages
     return cfg
@@ -187,11 +201,26 @@ def _encode(cfg: CICRConfig, tokens: torch.Tensor, labels: torch.Tensor, keys: n
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
+def _meta_center(cfg: CICRConfig, rng: np.random.Generator, centers: np.ndarray) -> np.ndarray:
+    """A meta-training item's region centre: m0 (``meta_regions: one``), or a uniformly random direction at
+    least ``meta_exclusion_degrees`` from every experience's centre (``random``; rejection sampling: in
+    d_key >= 8 dimensions almost every draw is accepted)."""
+    if cfg.meta_regions == "one":
+        return centers[0]
+    limit = np.cos(np.deg2rad(cfg.meta_exclusion_degrees))
+    for _ in range(10_000):
+        c = _unit(rng.standard_normal(cfg.d_key))
+        if float((centers[1:] @ c).max()) < limit:
+            return c
+    raise ValueError(f"cicr: no direction {cfg.meta_exclusion_degrees} degrees from every experience's centre "
+                     f"in d_key={cfg.d_key} (lower meta_exclusion_degrees or raise d_key)")
+
+
 def _fresh_vectors(cfg: CICRConfig, rng: np.random.Generator, centers: np.ndarray, regions: Optional[np.ndarray]):
-    """Fresh key vectors for every key token (from the meta region, or from each token's experience
+    """Fresh key vectors for every key token (from a meta-training region, or from each token's experience
     region when ``regions`` is given) and fresh value vectors (continuous values)."""
     if regions is None:
-        keys = _draw_keys(cfg, rng, centers[0], cfg.n_keys)
+        keys = _draw_keys(cfg, rng, _meta_center(cfg, rng, centers), cfg.n_keys)
     else:
         keys = np.zeros((cfg.n_keys, cfg.d_key))
         for j in range(cfg.n_experiences):
