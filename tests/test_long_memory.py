@@ -287,32 +287,17 @@ def test_a_one_episode_memory_fails_exactly_the_recalled_answers_and_a_tracker_f
     assert bool(right[scored & ~recalled].all()) and not bool(right[recalled].any())
 
 
-def test_an_item_and_its_mask_are_drawn_once_and_equal_a_fresh_draw(monkeypatch):
-    """Meta-training reads x, y then the recalled mask of each item: one draw serves both, and the kept
-    item equals what a fresh draw gives (the memo changes no value)."""
+@pytest.mark.parametrize("options, drawer", [(BLOCKS, "_draw_meta_block_items"), (LONG, "_draw_meta_sequence_items")])
+def test_an_item_is_drawn_once_for_its_tokens_mask_and_reach_and_equals_a_fresh_draw(monkeypatch, options, drawer):
+    """Meta-training reads x, y, the recalled mask and the reach-back of each item in a row: one draw
+    serves all three, and the kept item equals what a fresh draw gives (the memo changes no value); for
+    the long-horizon blocks and for the plain multi-episode layout (the standard recipe's)."""
     import streams.icr as icr
 
-    data = icr_data(BLOCKS)
+    data = icr_data(options)
     draws = []
-    real = icr._draw_meta_block_items
-    monkeypatch.setattr(icr, "_draw_meta_block_items", lambda *a: draws.append(a[2]) or real(*a))
-    for i in (3, 4, 3):
-        x, y = data.meta_train[i]
-        mask = data.meta_recalled[i]
-        fx, fy, fmask = real(data.info.config, data.info.seq_len, i)
-        assert torch.equal(x, fx) and torch.equal(y, fy) and torch.equal(mask, fmask)
-    assert draws == [3, 4, 3]
-
-
-def test_a_sequence_without_blocks_is_drawn_once_for_its_tokens_mask_and_reach(monkeypatch):
-    """The same for the plain multi-episode layout (the standard recipe's): meta-training reads x, y, the
-    recalled mask and the reach-back of each item, one draw serves all three, equal to a fresh draw."""
-    import streams.icr as icr
-
-    data = icr_data(LONG)
-    draws = []
-    real = icr._draw_meta_sequence_items
-    monkeypatch.setattr(icr, "_draw_meta_sequence_items", lambda *a: draws.append(a[2]) or real(*a))
+    real = getattr(icr, drawer)
+    monkeypatch.setattr(icr, drawer, lambda *a: draws.append(a[2]) or real(*a))
     for i in (3, 4, 3):
         x, y = data.meta_train[i]
         mask, reach = data.meta_recalled[i], data.meta_reach[i]

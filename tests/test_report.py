@@ -315,14 +315,20 @@ def test_a_replicate_run_by_two_code_versions_counts_once_and_pooled_versions_ar
     assert rows["| layers=['ovq']"][4].startswith("0.725")          # code-b's runs, the later ones
 
 
-def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, monkeypatch):
+def _commands_only_study(tmp_path, monkeypatch, name, yaml):
+    """A studies folder holding study ``name`` (its YAML), and a study runner that writes no report."""
     studies = tmp_path / "studies"
-    studies.mkdir()
-    (studies / "two.yaml").write_text(
-        "title: Two\nsetup: s\nresults: []\ncommands:\n  - \"ovq-cl sweep a.yaml --grid 'seed=0;1' --name a --out results\"\n"
-        "  - \"ovq-cl state-sizes\"\n")
+    studies.mkdir(exist_ok=True)
+    (studies / f"{name}.yaml").write_text(yaml)
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(study_runner, "write_report", lambda *a, **k: None)
+    return studies
+
+
+def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, monkeypatch):
+    _commands_only_study(tmp_path, monkeypatch, "two",
+                         "title: Two\nsetup: s\nresults: []\ncommands:\n  - \"ovq-cl sweep a.yaml --grid 'seed=0;1' "
+                         "--name a --out results\"\n  - \"ovq-cl state-sizes\"\n")
     calls = []                                  # what the CLI's main would have been asked to run
     assert study_runner.run_study("two", lambda argv: calls.append(argv) or 0, sweep_args=["--backend", "ray", "--trial-cpus", "1"]) == 0
     assert calls == [["sweep", "a.yaml", "--grid", "seed=0;1", "--name", "a", "--out", "results", "--backend", "ray",
@@ -330,13 +336,9 @@ def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, mo
 
 
 def test_a_sweep_pinned_to_other_code_is_refused_before_anything_runs(tmp_path, monkeypatch):
-    studies = tmp_path / "studies"
-    studies.mkdir()
-    (studies / "pin.yaml").write_text(
-        "title: Pin\nsetup: s\nresults: []\ncommands:\n  - \"ovq-cl sweep a.yaml --name a --out results\"\n"
-        "  - \"ovq-cl sweep b.yaml --name b --out results\"\ncode: {b: 'code-0123456789ab@87e82ac'}\n")
-    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
-    monkeypatch.setattr(study_runner, "write_report", lambda *a, **k: None)
+    studies = _commands_only_study(
+        tmp_path, monkeypatch, "pin", "title: Pin\nsetup: s\nresults: []\ncommands:\n  - \"ovq-cl sweep a.yaml --name a "
+        "--out results\"\n  - \"ovq-cl sweep b.yaml --name b --out results\"\ncode: {b: 'code-0123456789ab@87e82ac'}\n")
     monkeypatch.setattr(study_runner, "code_version", lambda: "code-ffffffffffff")
     calls = []
     with pytest.raises(ValueError, match=r"study pin: this checkout is code-ffffffffffff, .* b from "
