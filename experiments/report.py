@@ -696,6 +696,22 @@ def _probe_tables(records: List[compare.RunRecord], baseline: Optional[str]):
     ]
 
 
+def _cross_version_pairs(records: List[compare.RunRecord], baseline: str) -> str:
+    """'CONFIG (k of n), ...': the configurations of a paired table whose pairs with ``baseline`` join runs
+    of different code versions ('' when none do, or when the baseline is not found)."""
+    groups = compare.group_records(records)
+    try:
+        base_key = compare.find_group(groups, baseline)
+    except ValueError:
+        return ""
+    out = []
+    for key, pairs in compare._pairs_against(groups, base_key):
+        k = sum(compare.version_of(a) != compare.version_of(b) for a, b in pairs)
+        if k:
+            out.append(f"{key} ({k} of {len(pairs)})")
+    return ", ".join(out)
+
+
 def _one_run_per_replicate(records: List[compare.RunRecord]) -> Tuple[List[compare.RunRecord], List[str]]:
     """A section's runs with each replicate of a configuration once, and notes on code versions.
 
@@ -796,6 +812,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
                 table = f"(no paired table: {e})"
             parts += [f"Paired against `{baseline}`{where} (same seeds of model and data; difference = row - baseline):",
                       "", table, ""]
+            crossing = _cross_version_pairs(subset, baseline)
+            if crossing:
+                parts += [f"Pairs made across code versions in this table (the verdict table never pairs across versions): {crossing}.", ""]
     if spec.within and spec.within_baseline:
         for value, subset in _partitions(paired_records, spec.within):
             try:

@@ -304,11 +304,13 @@ def test_a_replicate_run_by_two_code_versions_counts_once_and_pooled_versions_ar
     # vq: seeds 0-1 by code-a, seed 2 by code-b: three replicates, pooled, and said
     runs += [{**_run("vq", s, [[1.0, 0.0], [0.9, 0.95]]), "config_id": f"vq{s}", "code_version": "code-a" if s < 2
               else "code-b"} for s in range(3)]
-    _study_folder(tmp_path, monkeypatch, "two", runs, "title: 'Two versions'\nsetup: 'A setup.'\n")
+    _study_folder(tmp_path, monkeypatch, "two", runs, "title: 'Two versions'\nsetup: 'A setup.'\nbaseline: ovq\n")
     text = report.section(study_specs.load_study("two"))
     assert "Note: 3 run(s) of a configuration and seeds that a later code version ran again are left out" in text
     assert ("Note: layers=['vq']: its seeds were run by 2 code versions, pooled here (code-a (n=2), code-b (n=1))"
             in text)
+    # the vq seed of code-b pairs with ovq's code-b seed; its code-a seeds pair with ovq's code-b runs
+    assert "Pairs made across code versions in this table (the verdict table never pairs across versions): layers=['vq'] (2 of 3)." in text
     rows = {line.split(" | ")[0]: line.split(" | ") for line in text.splitlines()
             if line.startswith("| layers=") and " | accuracy | " in line}
     assert [rows[k][2] for k in ("| layers=['ovq']", "| layers=['vq']")] == ["3", "3"]
