@@ -143,14 +143,16 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
 
 def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
     out = []
+    order = 0
     for rel in claim.results:
         path = os.path.join(root, rel)
         if not os.path.exists(path):
             continue
         with open(path) as fh:
-            for order, d in enumerate(json.load(fh)):
+            for d in json.load(fh):
                 r = compare.record_from_json(d)
-                if not r.finished_at:           # a record's place in its list says which is later
+                order += 1
+                if not r.finished_at:           # a record's place in the claim's lists (files in order) says which is later
                     r.finished_at = float(order)
                 if all(str(r.params.get(k)) in [str(v) for v in vs] for k, vs in claim.select.items()):
                     out.append(r)

@@ -375,3 +375,13 @@ def test_an_as_much_interval_in_a_family_is_read_at_the_familys_share_of_five_pe
         low, high = (float(x) for x in cell.split("[")[1].split("]")[0].split(", "))
         return high - low
     assert width(together.cells[0]) > width(alone.cells[0])
+
+
+def test_a_replicate_in_two_result_files_is_read_from_the_later_file(tmp_path):
+    # the same seeds of ssm rerun by the same code, listed in the second file: the second is the later
+    first = [_run("ovq", s, 0.6 + 0.01 * s) for s in range(3)] + [_run("ssm", s, 0.9) for s in range(3)] * 3
+    second = [_run("ssm", s, 0.3 + 0.01 * s + (0.002 if s % 2 else 0)) for s in range(3)]
+    _write(tmp_path, "one.json", first)
+    root = _write(tmp_path, "two.json", second)
+    result = evaluate(Claim("c", "t", against=["ssm"], results=["results/one.json", "results/two.json"], seeds=3), root)
+    assert result.cells[0].startswith("vs ssm: +0.29")
