@@ -208,7 +208,11 @@ def _pair_values(mine: compare.RunRecord, other: compare.RunRecord, endpoint: st
 def _higher_is_better(endpoint: str, metric: str) -> bool:
     if endpoint.startswith("position@"):
         return False                                   # bits per byte
-    return higher_is_better(metric)                    # capacity scores are in the stream's metric
+    if endpoint.startswith("forgetting") or endpoint == "stale_fraction":
+        return False                                   # positive = forgotten (either metric); answered stale
+    if endpoint in ("bwt", "updated_fraction", "retained_fraction"):
+        return True                                    # bwt = -forgetting; shares of facts answered right
+    return higher_is_better(metric)                    # scores and capacity scores are in the stream's metric
 
 
 def _learned_nothing(r: compare.RunRecord) -> bool:

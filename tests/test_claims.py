@@ -385,3 +385,17 @@ def test_a_replicate_in_two_result_files_is_read_from_the_later_file(tmp_path):
     root = _write(tmp_path, "two.json", second)
     result = evaluate(Claim("c", "t", against=["ssm"], results=["results/one.json", "results/two.json"], seeds=3), root)
     assert result.cells[0].startswith("vs ssm: +0.29")
+
+
+@pytest.mark.parametrize("endpoint, ours_better", [("forgetting_max", True), ("bwt", True), ("final_average", False)])
+def test_forgetting_endpoints_are_lower_is_better_whatever_the_metric(tmp_path, endpoint, ours_better):
+    # ovq forgets 0.10, ssm 0.50 (bwt the negatives) while ssm's final average is higher: "more" on
+    # forgetting means forgetting less, on bwt a higher bwt, on the final average a higher score
+    def run(layers, s, forgetting, final):
+        r = _run(layers, s, final)
+        r["summary"].update({"forgetting_max": forgetting + 0.01 * (s % 2), "bwt": -forgetting - 0.01 * (s % 2)})
+        return r
+    runs = [run("ovq", s, 0.10 + 0.01 * s, 0.5) for s in range(4)] + [run("ssm", s, 0.50, 0.8 + 0.01 * s) for s in range(4)]
+    root = _write(tmp_path, "g.json", runs)
+    result = evaluate(Claim("c", "t", against=["ssm"], results=["results/g.json"], endpoint=endpoint, seeds=4), root)
+    assert result.answers == (["yes"] if ours_better else ["opposite"])
