@@ -159,7 +159,6 @@ def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
     return out
 
 
-_version = compare.version_of
 
 
 def _value(r: compare.RunRecord, endpoint: str, current: bool = True) -> float:
@@ -257,13 +256,13 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
         return _fails_to_learn(claim, ours, theirs, name)
     v, pairs, left_out, across = compare.pairs_in_one_version(ours, theirs, _measured(claim))
     if v is None:
-        versions = {_version(r) for r in ours + theirs}
-        if across and len(versions) > 1 and not compare.pairs_in_one_version(ours, theirs)[1]:
-            return _Comparison(name, "refused", f"vs {name}: refused (its seeds and ours were run by {len(versions)} "
-                               "code versions, none shared within one)", waits=False)
-        if compare.pairs_in_one_version(ours, theirs)[1]:
+        if compare.pairs_in_one_version(ours, theirs)[1]:       # pairs within a version, none measured it
             return _Comparison(name, "not measured", f"vs {name}: not measured (no pair of runs with "
                                f"{claim.endpoint})", count=0, waits=False)
+        if across:                                               # seeds shared only across versions
+            versions = {compare.version_of(r) for r in ours + theirs}
+            return _Comparison(name, "refused", f"vs {name}: refused (its seeds and ours were run by {len(versions)} "
+                               "code versions, none shared within one)", waits=False)
         return _Comparison(name, "no shared seeds", f"vs {name}: no seed run by both yet")
     # one scoring for the whole comparison: against the facts in force only where every run has it
     current = all(claim.endpoint in a.summary_current and claim.endpoint in b.summary_current for a, b in pairs)
@@ -291,7 +290,7 @@ def _fails_to_learn(claim: Claim, ours: List[compare.RunRecord], theirs: List[co
     nothing = [r for r in their_runs.values() if _learned_nothing(r)]
     ours_learned = sum(r.learned is True for r in mine.values())
     best = max((r.gate_skill for r in their_runs.values() if not math.isnan(r.gate_skill)), default=math.nan)
-    versions = {_version(r) for r in list(mine.values()) + list(their_runs.values())}
+    versions = {compare.version_of(r) for r in list(mine.values()) + list(their_runs.values())}
     ok = len(nothing) == len(their_runs) and _most(ours_learned, len(mine))
     cell = (f"{name}: {len(nothing)}/{len(their_runs)} seeds learned nothing (held-out and stream skill < "
             f"{GateSection.min_stream_skill:g}; best held-out skill {best:.2f}; {claim.ours}: {ours_learned}/"
@@ -300,7 +299,7 @@ def _fails_to_learn(claim: Claim, ours: List[compare.RunRecord], theirs: List[co
 
 
 def _comparisons(claim: Claim, root: str):
-    """(comparisons, None) or (None, an early verdict: not testable, not run yet)."""
+    """(comparisons, ours' metric), or (None, an early verdict: not testable, not run yet)."""
     if claim.kind == "untestable":
         return None, f"not testable here: {claim.untestable}"
     records = _records(claim, root)
@@ -319,7 +318,7 @@ def _comparisons(claim: Claim, root: str):
             out.append(_Comparison(name, "no runs", f"vs {name}: no runs"))
             continue
         out.append(_compare(claim, ours, theirs, name))
-    return out, None
+    return out, ours[0].metric
 
 
 def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_size: int = 1) -> None:
@@ -438,17 +437,14 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
         for i in members:
             size[i] = len(ps)
     verdicts: List[ClaimResult] = []
-    for i, (claim, (comparisons, early)) in enumerate(zip(claims, staged)):
+    for i, (claim, (comparisons, metric_or_verdict)) in enumerate(zip(claims, staged)):
         if comparisons is None:
-            verdicts.append(ClaimResult(claim, [], [], early))
+            verdicts.append(ClaimResult(claim, [], [], metric_or_verdict))
             continue
         if claim.kind in ("more", "as_much"):
-            records = _records(claim, root)
-            groups = compare.group_records(records)
-            metric = groups[compare.find_group(groups, claim.ours)][0].metric
             for m in comparisons:
                 if m.stat is not None:
-                    _answer(claim, m, p_holm[id(m)], _higher_is_better(claim.endpoint, metric), size[i])
+                    _answer(claim, m, p_holm[id(m)], _higher_is_better(claim.endpoint, metric_or_verdict), size[i])
         verdicts.append(ClaimResult(claim, [m.cell for m in comparisons], [m.answer for m in comparisons],
                                     _verdict(claim, comparisons)))
     for name, members in families.items():

@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from experiments.code_version import code_version
 from experiments.report import write_report
-from experiments.study_specs import StudySpec, load_study
+from experiments.study_specs import StudySpec, load_study, sweep_name
 
 
 SMOKE_OVERRIDES = ("meta_train.steps=2", "meta_train.batch_size=4", "gate.episodes=4", "gate.batch_size=4",
@@ -143,17 +143,6 @@ def smoke_repeats(spec: StudySpec) -> List[int]:
             repeats.append(i)
         seen.add(tuple(shape))
     return repeats
-
-
-def sweep_name(argv: Sequence[str]) -> Optional[str]:
-    """The ``--name`` of a command's arguments (``--name X`` or ``--name=X``; None without one)."""
-    argv = list(argv)
-    for i, a in enumerate(argv):
-        if a == "--name" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--name="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def pinned_elsewhere(spec: StudySpec, version: str) -> List[Tuple[int, str, str, str]]:

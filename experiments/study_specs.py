@@ -8,8 +8,9 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
@@ -81,6 +82,17 @@ ENDPOINTS = ("final_average",)
 ANSWER_RULES = ("training_or_rule", "rule_on_every_stream")
 
 
+def sweep_name(argv: Sequence[str]) -> Optional[str]:
+    """The ``--name`` of a command's arguments (``--name X`` or ``--name=X``; None without one)."""
+    argv = list(argv)
+    for i, a in enumerate(argv):
+        if a == "--name" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--name="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def load_study(name: str) -> StudySpec:
     path = name if name.endswith(".yaml") else os.path.join(STUDIES_DIR, f"{name}.yaml")
     if not os.path.exists(path):
@@ -101,8 +113,7 @@ def load_study(name: str) -> StudySpec:
     bad_pins = {k: v for k, v in spec.code.items() if not re.fullmatch(r"code-[0-9a-f]{6,64}@[0-9a-f]{7,40}", str(v))}
     if bad_pins:
         raise ValueError(f"study {name}: code pins are sweep name -> 'code-HASH@COMMIT', got {bad_pins}")
-    names = {a.split("=", 1)[1] if a.startswith("--name=") else None for c in spec.commands for a in c.split()}
-    names |= {m.group(1) for c in spec.commands for m in re.finditer(r"--name\s+(\S+)", c)}
+    names = {sweep_name(shlex.split(c)) for c in spec.commands}
     stray = sorted(k for k in spec.code if k != "*" and k not in names)
     if stray:
         raise ValueError(f"study {name}: code pins name no sweep of its commands: {stray}")
