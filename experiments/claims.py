@@ -60,6 +60,11 @@ the verdict is not read from them); a refused comparison and one whose runs neve
 endpoint do not hold it. A run without the measurement gives NaN, which drops its pair; a comparison
 left with no pair says "not measured", one with a single pair "too few pairs", and the verdict says so
 (or "not run yet" when no compared mixer has runs) when no comparison could be made.
+
+**Secondary endpoints** (``secondary``): shown after each comparison's answer, on the same pairs (ours
+minus theirs, 95% t interval, no adjustment), and never read: they make the cell show what the primary
+endpoint hides, e.g. beside a forgetting claim read on the final average, the forgetting itself and the
+learning average (a memory that forgets little because it learned little must be seen as one).
 """
 from __future__ import annotations
 
@@ -98,6 +103,7 @@ class Claim:
     seeds: int = 0                              # the declared pairs (runs, for fails_to_learn) per comparison
     note: str = ""                              # a sentence beside the verdict (e.g. the scale difference)
     family: str = ""                            # claims sharing a family name are Holm-adjusted together
+    secondary: List[str] = field(default_factory=list)   # endpoints shown beside each comparison, never read
 
 
 @dataclass
@@ -123,13 +129,13 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
             raise ValueError(f"{path}: claim {i + 1}: an untestable claim says why (untestable: ...)")
         if c.kind != "untestable" and not (c.results and c.against):
             raise ValueError(f"{path}: claim {i + 1}: needs results and against")
-        if not (c.endpoint.startswith(("capacity@", "position@")) or c.endpoint in SUMMARY_ENDPOINTS):
-            raise ValueError(f"{path}: claim {i + 1}: endpoint {c.endpoint!r} is not a summary name "
-                             f"{SUMMARY_ENDPOINTS}, capacity@N, capacity_mean or position@DOMAIN")
-        if c.endpoint.startswith("position@") and not c.endpoint.split("@", 1)[1]:
-            raise ValueError(f"{path}: claim {i + 1}: position@DOMAIN needs a domain, got {c.endpoint!r}")
-        if c.endpoint.startswith("capacity@") and not c.endpoint.split("@", 1)[1].isdigit():
-            raise ValueError(f"{path}: claim {i + 1}: capacity@N needs a whole number of facts, got {c.endpoint!r}")
+        if not isinstance(c.secondary, list):
+            raise ValueError(f"{path}: claim {i + 1}: secondary is a list of endpoints, got {c.secondary!r}")
+        for what, endpoint in [("endpoint", c.endpoint)] + [("secondary endpoint", e) for e in c.secondary]:
+            _check_endpoint(f"{path}: claim {i + 1}: {what}", endpoint)
+        if c.endpoint in c.secondary or len(set(c.secondary)) != len(c.secondary):
+            raise ValueError(f"{path}: claim {i + 1}: secondary endpoints are distinct and not the endpoint, "
+                             f"got {c.secondary}")
         declared = re.findall(r"(\d+) seeds", c.test)
         if c.kind != "untestable" and not (isinstance(c.seeds, int) and c.seeds >= 2):
             raise ValueError(f"{path}: claim {i + 1}: seeds (the declared pairs per comparison, >= 2) is missing")
@@ -139,6 +145,18 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
             raise ValueError(f"{path}: claim {i + 1}: kind as_much needs a margin > 0")
         claims.append(c)
     return raw.get("preamble", ""), claims
+
+
+def _check_endpoint(what: str, endpoint) -> None:
+    """One line (ValueError) unless ``endpoint`` is one the claims table can read (module docstring)."""
+    if not isinstance(endpoint, str) or not (endpoint.startswith(("capacity@", "position@"))
+                                             or endpoint in SUMMARY_ENDPOINTS):
+        raise ValueError(f"{what} {endpoint!r} is not a summary name {SUMMARY_ENDPOINTS}, capacity@N, "
+                         "capacity_mean or position@DOMAIN")
+    if endpoint.startswith("position@") and not endpoint.split("@", 1)[1]:
+        raise ValueError(f"{what}: position@DOMAIN needs a domain, got {endpoint!r}")
+    if endpoint.startswith("capacity@") and not endpoint.split("@", 1)[1].isdigit():
+        raise ValueError(f"{what}: capacity@N needs a whole number of facts, got {endpoint!r}")
 
 
 def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
@@ -238,6 +256,7 @@ class _Comparison:
     reference_skill: float = math.nan          # as_much on capacity@N: the reference's mean skill there
     note: str = ""                             # said after the numbers (code versions, learned counts)
     values: tuple = ((), ())                   # ours, theirs per pair: an interval at another level (families)
+    beside: str = ""                           # the secondary endpoints on the same pairs (shown, not read)
 
 
 def _measured(claim: Claim):
@@ -278,7 +297,27 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
                            "few pairs", count=c.n)
     return _Comparison(name, stat=c, count=c.n, learned=learned, note=note,
                        reference_skill=statistics.fmean(skills) if skills else math.nan,
-                       values=([x for x, _ in values], [y for _, y in values]))
+                       values=([x for x, _ in values], [y for _, y in values]),
+                       beside=_beside(claim, pairs))
+
+
+def _beside(claim: Claim, pairs) -> str:
+    """The claim's secondary endpoints on the comparison's pairs: ours - theirs with its 95% t interval,
+    unadjusted (they are shown, not read), each over the pairs that measured it, each with its direction.
+    '' when the claim declares none."""
+    parts = []
+    for endpoint in claim.secondary:
+        measured = [(a, b) for a, b in pairs if not any(math.isnan(v) for v in _pair_values(a, b, endpoint))]
+        current = all(endpoint in a.summary_current and endpoint in b.summary_current for a, b in measured)
+        values = [_pair_values(a, b, endpoint, current) for a, b in measured]
+        better = "higher" if _higher_is_better(endpoint, pairs[0][0].metric) else "lower"
+        if len(values) < 2:
+            parts.append(f"{endpoint} ({better} is better): not measured on 2 pairs")
+            continue
+        c = paired_comparison([x for x, _ in values], [y for _, y in values])
+        n = "" if c.n == len(pairs) else f" over {c.n} pairs"
+        parts.append(f"{endpoint} ({better} is better) {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{n}")
+    return f". Beside it, not read (95% CI, unadjusted): {', '.join(parts)}" if parts else ""
 
 
 def _fails_to_learn(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.RunRecord],
@@ -445,6 +484,7 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
             for m in comparisons:
                 if m.stat is not None:
                     _answer(claim, m, p_holm[id(m)], _higher_is_better(claim.endpoint, metric_or_verdict), size[i])
+                    m.cell += m.beside
         verdicts.append(ClaimResult(claim, [m.cell for m in comparisons], [m.answer for m in comparisons],
                                     _verdict(claim, comparisons)))
     for name, members in families.items():

@@ -1,5 +1,6 @@
 """The paper's claims table: each kind of claim's rule on records with known answers."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -399,3 +400,35 @@ def test_forgetting_endpoints_are_lower_is_better_whatever_the_metric(tmp_path, 
     root = _write(tmp_path, "g.json", runs)
     result = evaluate(Claim("c", "t", against=["ssm"], results=["results/g.json"], endpoint=endpoint, seeds=4), root)
     assert result.answers == (["yes"] if ours_better else ["opposite"])
+
+
+def test_secondary_endpoints_are_shown_on_the_same_pairs_and_never_read(tmp_path):
+    # ovq holds more at the end (final average 0.6 + 0.01 s against 0.3) but learned less (learning
+    # average 0.6 against 0.95) and forgets less (0.05 against 0.60, one ssm run without the measurement):
+    # the answer is the final average's alone, the cell shows the other two on the same pairs
+    def run(layers, s, final, learning, forgetting):
+        r = _run(layers, s, final)
+        r["summary"].update({"learning_average": learning + 0.01 * (s % 2)})
+        if forgetting is not None:
+            r["summary"]["forgetting_learned"] = forgetting + 0.02 * s
+        return r
+    runs = ([run("ovq", s, 0.6 + 0.01 * s, 0.6, 0.05) for s in range(4)]
+            + [run("ssm", s, 0.3, 0.95 - 0.004 * s, None if s == 3 else 0.6 + 0.01 * s) for s in range(4)])
+    root = _write(tmp_path, "s.json", runs)
+    plain = Claim("c", "t", against=["ssm"], results=["results/s.json"], seeds=4)
+    shown = replace(plain, secondary=["forgetting_learned", "learning_average"])
+    a, b = evaluate(plain, root), evaluate(shown, root)
+    assert a.answers == b.answers == ["yes"] and a.verdict == b.verdict == "reproduced"
+    assert b.cells[0].startswith(a.cells[0] + ". Beside it, not read (95% CI, unadjusted): ")
+    # forgetting: ours - theirs = -0.55 - 0.01 s on the 3 pairs that measured it; learning: -0.35 + 0.004 s
+    assert "forgetting_learned (lower is better) -0.560 [-0.585, -0.535] over 3 pairs" in b.cells[0]
+    assert "learning_average (higher is better) -0.344 [" in b.cells[0]
+    assert "Beside" not in a.cells[0]
+
+
+def test_secondary_endpoints_are_validated_like_the_endpoint(tmp_path):
+    bad = tmp_path / "c.yaml"
+    head = "claims:\n  - {claim: x, test: y, seeds: 5, against: [vq], results: [r.json], "
+    _refused(bad, head + "secondary: [forgeting]}\n", "secondary endpoint 'forgeting' is not a summary name")
+    _refused(bad, head + "secondary: [final_average]}\n", "distinct and not the endpoint")
+    _refused(bad, head + "secondary: forgetting_max}\n", "secondary is a list")
