@@ -881,22 +881,22 @@ def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str
             expected *= len(values)
         path = os.path.normpath(os.path.join(args.out, args.name + ".json"))
         written.add(path)
-        if patterns and not _sweep_matches(args, root, patterns):
-            continue
         try:
             with open(os.path.join(root, path)) as f:
                 records = json.load(f)
         except FileNotFoundError:
             records = []
         except (OSError, ValueError) as e:
-            out.append(f"{path} (unreadable: {type(e).__name__})")
+            if not (patterns and not _sweep_matches(args, root, patterns)):
+                out.append(f"{path} (unreadable: {type(e).__name__})")
             continue
         per_version: Dict[str, set] = {}
         for i, d in enumerate(records if isinstance(records, list) else []):
             d = d if isinstance(d, dict) else {}
             per_version.setdefault(str(d.get("code_version")), set()).add(d.get("config_id") or d.get("run_id") or i)
         have = max((len(ids) for ids in per_version.values()), default=0)
-        if have < expected:
+        # only an unfinished sweep is expanded to see whether it matters here (expanding builds every config)
+        if have < expected and not (patterns and not _sweep_matches(args, root, patterns)):
             out.append(f"{path} ({have} of {expected} runs)")
     for path in spec.results:
         if os.path.normpath(path) not in written and not os.path.exists(os.path.join(root, path)):
