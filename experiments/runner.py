@@ -281,6 +281,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     seed_everything(cfg.seed)
     bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
     check_lanes(cfg, bench)
+    check_meta_batch(cfg, bench)
     check_interference(cfg, bench)
     check_retention(cfg, bench)
     if bench.info.vocab_size is not None:
@@ -333,6 +334,16 @@ def check_lanes(cfg: RunConfig, bench) -> None:
             raise ValueError(f"stream: experience {j} has {len(exp.dataset)} training episodes, fewer than "
                              f"strategy.train_mb_size={lanes} lanes (raise stream.options.train_episodes or lower "
                              "strategy.train_mb_size)")
+
+
+def check_meta_batch(cfg: RunConfig, bench) -> None:
+    """Meta-training draws whole batches (``drop_last``): a set smaller than ``meta_train.batch_size``
+    yields none, and the loop would wait for a batch forever. Said here, before anything runs (one line)."""
+    meta = getattr(bench, "meta_train", None)
+    if cfg.meta_train.steps > 0 and meta is not None and len(meta) < cfg.meta_train.batch_size:
+        raise ValueError(f"meta_train.batch_size: {cfg.meta_train.batch_size} is more than the {len(meta)} items of "
+                         "the meta-training set, so no batch can be drawn (lower meta_train.batch_size or raise "
+                         "stream.options.meta_train_episodes)")
 
 
 def check_models_build(cfg: RunConfig, stream_model: ModelConfig, info) -> None:

@@ -185,6 +185,23 @@ def test_too_few_episodes_for_the_lanes_is_said_before_meta_training(in_tmp, mon
         run(cfg)
 
 
+def test_a_meta_training_set_smaller_than_its_batch_is_refused_before_anything_runs(in_tmp, monkeypatch):
+    """Batches are drawn whole (drop_last): with fewer items than a batch none is ever drawn, and the
+    meta-training loop waited for one forever (found 2026-12-05 with a 16-item set and batches of 32)."""
+    import experiments.runner as runner
+
+    def no_meta_training(*args, **kwargs):
+        raise AssertionError("meta-training started")
+
+    monkeypatch.setattr(runner, "meta_phase", no_meta_training)
+    items = TINY["stream"]["options"]["meta_train_episodes"]
+    cfg = run_config({**TINY, "meta_train": {**TINY["meta_train"], "batch_size": items + 1}})
+    with pytest.raises(ValueError, match=rf"meta_train.batch_size: {items + 1} is more than the {items} items"):
+        run(cfg)
+    no_steps = run_config({**TINY, "meta_train": {**TINY["meta_train"], "batch_size": items + 1, "steps": 0}})
+    runner.check_meta_batch(no_steps, runner.stream_benchmark(no_steps.stream.name, no_steps.stream.options))
+
+
 
 SHRINK = {  # shipped configs at tiny sizes, so that every one of them runs end to end in the tests
     "icr": ["stream.options.train_episodes=8", "stream.options.test_episodes=2", "stream.options.n_experiences=2"],
