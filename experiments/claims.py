@@ -15,9 +15,9 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
   lies inside +-``margin`` (in the endpoint's units), else "no"; "no t-test" where every pair differs by
   the same nonzero amount (a zero-width interval says nothing about the spread). Matching a reference
   that cannot do the task says nothing: "reference did not learn" where the reference failed the
-  learned gates on most seeds, and, at a capacity point (``capacity@N``), "reference does not recall
-  here" where its mean skill there is below the learned gate's bar (``gate.min_skill``, 0.5): two
-  memories at the floor always match;
+  learned gates on most seeds, and, at a point of a probe's curve (``capacity@N``,
+  ``interference@KIND@ITEMS``), "reference does not recall here" where its mean skill there is below the
+  learned gate's bar (``gate.min_skill``, 0.5): two memories at the floor always match;
 - ``fails_to_learn``: every run of each of ``against`` learned nothing (held-out skill, and the stream's
   where measured, below the stream gate's bar for having learned anything, ``gate.min_stream_skill``
   = 0.1) while ours passed the learned gates on most seeds ("yes"), else "no". Failing the learned gate
@@ -51,6 +51,9 @@ The endpoint is one of:
   state; the context grows with N), in the stream's metric and its direction;
 - ``capacity_mean``: the mean score over the capacity curve's points; a pair counts only where both
   runs measured the same ladder of N;
+- ``interference@KIND@ITEMS``: the interference curve of KIND's score with ITEMS items between the facts
+  and their queries (e.g. ``interference@neutral@32768``: a few facts, then 65,536 separator tokens:
+  length alone, with nothing to hold but the facts), in the stream's metric and its direction;
 - ``position@DOMAIN``: bits per byte in the last position bucket of DOMAIN's position curve (the longest
   contexts), lower is better; a pair counts only where both runs' last buckets cover the same positions.
 
@@ -149,10 +152,15 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
 
 def _check_endpoint(what: str, endpoint) -> None:
     """One line (ValueError) unless ``endpoint`` is one the claims table can read (module docstring)."""
-    if not isinstance(endpoint, str) or not (endpoint.startswith(("capacity@", "position@"))
+    if not isinstance(endpoint, str) or not (endpoint.startswith(("capacity@", "position@", "interference@"))
                                              or endpoint in SUMMARY_ENDPOINTS):
         raise ValueError(f"{what} {endpoint!r} is not a summary name {SUMMARY_ENDPOINTS}, capacity@N, "
-                         "capacity_mean or position@DOMAIN")
+                         "capacity_mean, interference@KIND@ITEMS or position@DOMAIN")
+    if endpoint.startswith("interference@"):
+        parts = endpoint.split("@")
+        if len(parts) != 3 or not parts[1] or not parts[2].isdigit():
+            raise ValueError(f"{what}: interference@KIND@ITEMS needs a filler kind and a whole number of items, "
+                             f"got {endpoint!r}")
     if endpoint.startswith("position@") and not endpoint.split("@", 1)[1]:
         raise ValueError(f"{what}: position@DOMAIN needs a domain, got {endpoint!r}")
     if endpoint.startswith("capacity@") and not endpoint.split("@", 1)[1].isdigit():
@@ -191,12 +199,26 @@ def _value(r: compare.RunRecord, endpoint: str, current: bool = True) -> float:
     if endpoint.startswith("position@"):
         bucket = compare.last_position_bucket(r, endpoint.split("@", 1)[1])
         return float(bucket["bits_per_byte"]) if bucket else math.nan
+    if endpoint.startswith("interference@"):
+        point = _interference_point(r, endpoint)
+        return math.nan if point is None else float(point["score"])
     v = r.summary_current.get(endpoint) if current and endpoint in r.summary_current else r.summary.get(endpoint)
     return math.nan if v is None else float(v)
 
 
+def _interference_point(r: compare.RunRecord, endpoint: str):
+    """``interference@KIND@ITEMS``: the run's point of KIND's curve at ITEMS items (a dict), or None."""
+    _, kind, items = endpoint.split("@")
+    points = ((r.interference or {}).get("curves") or {}).get(kind) or []
+    return next((p for p in points if int(p["items"]) == int(items)), None)
+
+
 def _skill_at(r: compare.RunRecord, endpoint: str) -> float:
-    """capacity@N: the run's skill (against the probe's chance) at N facts; NaN otherwise."""
+    """capacity@N, interference@KIND@ITEMS: the run's skill (against the probe's chance) at that point of
+    the curve; NaN otherwise."""
+    if endpoint.startswith("interference@"):
+        point = _interference_point(r, endpoint)
+        return math.nan if point is None or "skill" not in point else float(point["skill"])
     if not endpoint.startswith("capacity@"):
         return math.nan
     facts = int(endpoint.split("@", 1)[1])
@@ -253,7 +275,7 @@ class _Comparison:
     count: int = 0                             # pairs (runs, for fails_to_learn), against claim.seeds
     waits: bool = True                         # can more runs add pairs (a short one then holds the verdict)
     learned: tuple = (0, 0)                    # ours, theirs: runs that passed the learned gates, of the pairs
-    reference_skill: float = math.nan          # as_much on capacity@N: the reference's mean skill there
+    reference_skill: float = math.nan          # as_much on a probe's point: the reference's mean skill there
     note: str = ""                             # said after the numbers (code versions, learned counts)
     values: tuple = ((), ())                   # ours, theirs per pair: an interval at another level (families)
     beside: str = ""                           # the secondary endpoints on the same pairs (shown, not read)
@@ -389,7 +411,8 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
         c = paired_comparison(*cmp.values, level=level)
     if not _most(cmp.learned[1], n):
         cmp.answer = "reference did not learn"          # matching a reference that failed its gates says nothing
-    elif claim.endpoint.startswith("capacity@") and not cmp.reference_skill >= GateSection.min_skill:
+    elif (claim.endpoint.startswith(("capacity@", "interference@"))
+          and not cmp.reference_skill >= GateSection.min_skill):
         # matching a reference that does not recall at this point is matching two memories at the floor
         cmp.answer = "reference does not recall here"
     elif c.low == c.high and c.mean_difference != 0:

@@ -432,3 +432,54 @@ def test_secondary_endpoints_are_validated_like_the_endpoint(tmp_path):
     _refused(bad, head + "secondary: [forgeting]}\n", "secondary endpoint 'forgeting' is not a summary name")
     _refused(bad, head + "secondary: [final_average]}\n", "distinct and not the endpoint")
     _refused(bad, head + "secondary: forgetting_max}\n", "secondary is a list")
+
+
+def _neutral_run(layers, seed, scores, slots=None, skills=None):
+    """A run whose neutral interference curve scores ``scores`` at 0 and 32,768 items (skill = score
+    unless given: chance 0 here)."""
+    r = _run(layers, seed, 0.5)
+    if slots:
+        r["params"]["after_meta.model.mixers.ovq.num_slots"] = slots
+    skills = skills or scores
+    r["interference"] = {"metric": "accuracy", "tokens_per_item": 2, "curves": {"neutral": [
+        {"items": n, "tokens": 2 * n, "score": sc, "standard_error": 0.01, "chance": 0.0, "skill": sk, "episodes": 16}
+        for n, sc, sk in zip((0, 32768), scores, skills)]}}
+    return r
+
+
+def test_an_interference_point_is_read_and_matching_needs_a_reference_that_recalls_there(tmp_path):
+    # length alone: ovq recalls 0.90 + 0.01 s after 65,536 separator tokens, full attention 0.92 + 0.01 s
+    # (+-0.002): the difference is -0.02 and inside a 0.05 margin; at 0 items both are near 1
+    runs = []
+    for s in range(5):
+        runs += [_neutral_run("ovq", s, (0.99, 0.90 + 0.01 * s), slots="2048"),
+                 _neutral_run("full", s, (1.0, 0.92 + 0.01 * s + (0.002 if s % 2 else -0.002)))]
+    root = _write(tmp_path, "n.json", runs)
+    ours = "ovq | after_meta.model.mixers.ovq.num_slots=2048"
+    far = evaluate(Claim("c", "t", kind="as_much", ours=ours, against=["full"], results=["results/n.json"],
+                         endpoint="interference@neutral@32768", margin=0.05, seeds=5), root)
+    assert far.answers == ["yes"] and far.cells[0].startswith("vs full: -0.020 [") and "full's skill there 0.94" in far.cells[0]
+    more = evaluate(Claim("c", "t", ours=ours, against=["full"], results=["results/n.json"],
+                          endpoint="interference@neutral@32768", seeds=5), root)
+    assert more.answers == ["opposite"]
+    absent = evaluate(Claim("c", "t", ours=ours, against=["full"], results=["results/n.json"],
+                            endpoint="interference@repeat@32768", seeds=5), root)
+    assert absent.answers == ["not measured"]
+    # full attention at chance after the filler (skill 0.02): matching it says nothing
+    for r in runs:
+        if r["params"]["model.layers"] == "['full']":
+            r["interference"]["curves"]["neutral"][1].update(score=0.1, skill=0.02)
+        else:
+            r["interference"]["curves"]["neutral"][1].update(score=0.1 + 0.001 * r["seed"], skill=0.02)
+    root = _write(tmp_path, "n.json", runs)
+    floor = evaluate(Claim("c", "t", kind="as_much", ours=ours, against=["full"], results=["results/n.json"],
+                           endpoint="interference@neutral@32768", margin=0.05, seeds=5), root)
+    assert floor.answers == ["reference does not recall here"]
+    assert floor.verdict.startswith("not testable here: the reference does not recall at this point")
+
+
+def test_interference_endpoints_are_validated(tmp_path):
+    bad = tmp_path / "c.yaml"
+    head = "claims:\n  - {claim: x, test: y, seeds: 5, against: [vq], results: [r.json], "
+    for endpoint in ("interference@neutral", "interference@@64", "interference@neutral@many"):
+        _refused(bad, head + f"endpoint: '{endpoint}'}}\n", "interference@KIND@ITEMS needs a filler kind")
