@@ -136,6 +136,9 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
             raise ValueError(f"{path}: claim {i + 1}: secondary is a list of endpoints, got {c.secondary!r}")
         for what, endpoint in [("endpoint", c.endpoint)] + [("secondary endpoint", e) for e in c.secondary]:
             _check_endpoint(f"{path}: claim {i + 1}: {what}", endpoint)
+        if c.secondary and c.kind not in ("more", "as_much"):
+            raise ValueError(f"{path}: claim {i + 1}: secondary endpoints are shown beside paired comparisons "
+                             f"(kinds more and as_much), not on a {c.kind} claim")
         if c.endpoint in c.secondary or len(set(c.secondary)) != len(c.secondary):
             raise ValueError(f"{path}: claim {i + 1}: secondary endpoints are distinct and not the endpoint, "
                              f"got {c.secondary}")
@@ -161,6 +164,8 @@ def _check_endpoint(what: str, endpoint) -> None:
         if len(parts) != 3 or not parts[1] or not parts[2].isdigit():
             raise ValueError(f"{what}: interference@KIND@ITEMS needs a filler kind and a whole number of items, "
                              f"got {endpoint!r}")
+        # KIND is not checked against ICR's kinds: a user's stream may register a probe with kinds of its own
+        # (a kind no run measured reads "not measured", visibly)
     if endpoint.startswith("position@") and not endpoint.split("@", 1)[1]:
         raise ValueError(f"{what}: position@DOMAIN needs a domain, got {endpoint!r}")
     if endpoint.startswith("capacity@") and not endpoint.split("@", 1)[1].isdigit():
@@ -325,19 +330,24 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
 
 def _beside(claim: Claim, pairs) -> str:
     """The claim's secondary endpoints on the comparison's pairs: ours - theirs with its 95% t interval,
-    unadjusted (they are shown, not read), each over the pairs that measured it, each with its direction.
-    '' when the claim declares none."""
+    unadjusted (they are shown, not read), each over those of the pairs that measured it (one scoring for
+    all of them, as the primary's), each with its direction. '' when the claim declares none."""
     parts = []
     for endpoint in claim.secondary:
-        measured = [(a, b) for a, b in pairs if not any(math.isnan(v) for v in _pair_values(a, b, endpoint))]
-        current = all(endpoint in a.summary_current and endpoint in b.summary_current for a, b in measured)
-        values = [_pair_values(a, b, endpoint, current) for a, b in measured]
         better = "higher" if _higher_is_better(endpoint, pairs[0][0].metric) else "lower"
-        if len(values) < 2:
+        both = [(a, b) for a, b in pairs if endpoint in a.summary_current and endpoint in b.summary_current]
+        current = bool(both) and len(both) == len(pairs)
+        values = [v for v in (_pair_values(a, b, endpoint, current) for a, b in pairs)
+                  if not any(math.isnan(x) for x in v)]
+        c = paired_comparison([x for x, _ in values], [y for _, y in values]) if len(values) >= 2 else None
+        if c is None or c.n < 2:
             parts.append(f"{endpoint} ({better} is better): not measured on 2 pairs")
             continue
-        c = paired_comparison([x for x, _ in values], [y for _, y in values])
         n = "" if c.n == len(pairs) else f" over {c.n} pairs"
+        if c.low == c.high:                 # every pair differs by the same amount: no spread to show
+            parts.append(f"{endpoint} ({better} is better) {c.mean_difference:+.3f} in every one of {c.n} pairs "
+                         "(zero variance, no interval)")
+            continue
         parts.append(f"{endpoint} ({better} is better) {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{n}")
     return f". Beside it, not read (95% CI, unadjusted): {', '.join(parts)}" if parts else ""
 
@@ -426,8 +436,13 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
         cmp.answer = "yes" if -claim.margin <= c.low and c.high <= claim.margin else "no"
     skill = (f"; {name}'s skill there {cmp.reference_skill:.2f}" if not math.isnan(cmp.reference_skill) else "")
     interval = "" if level == 0.95 else f" ({level:.1%} interval: a family of {family_size})"
+    # a "no" is either a difference beyond the margin or an interval too wide to show a match: said apart
+    why = ""
+    if cmp.answer == "no":
+        why = (" (the whole interval beyond the margin)" if c.low > claim.margin or c.high < -claim.margin
+               else " (the interval reaches past the margin: a match is not shown, nor a difference beyond it)")
     cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{interval} (margin "
-                f"+-{claim.margin:g}), {n} pairs ({cmp.note}{skill}): {cmp.answer}")
+                f"+-{claim.margin:g}), {n} pairs ({cmp.note}{skill}): {cmp.answer}{why}")
 
 
 READ = ("yes", "no", "no difference", "opposite")

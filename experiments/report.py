@@ -869,6 +869,10 @@ def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str
     from experiments.arguments import build_parser, parse_args
     from experiments.sweep import parse_grid
 
+    def matters(args) -> bool:
+        """Whether a sweep counts here: any, without patterns; else one with a run matching them."""
+        return not patterns or _sweep_matches(args, root, patterns)
+
     out, written = [], set()
     parser = build_parser()
     for command in spec.commands:
@@ -887,7 +891,7 @@ def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str
         except FileNotFoundError:
             records = []
         except (OSError, ValueError) as e:
-            if not (patterns and not _sweep_matches(args, root, patterns)):
+            if matters(args):
                 out.append(f"{path} (unreadable: {type(e).__name__})")
             continue
         per_version: Dict[str, set] = {}
@@ -896,7 +900,7 @@ def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str
             per_version.setdefault(str(d.get("code_version")), set()).add(d.get("config_id") or d.get("run_id") or i)
         have = max((len(ids) for ids in per_version.values()), default=0)
         # only an unfinished sweep is expanded to see whether it matters here (expanding builds every config)
-        if have < expected and not (patterns and not _sweep_matches(args, root, patterns)):
+        if have < expected and matters(args):
             out.append(f"{path} ({have} of {expected} runs)")
     for path in spec.results:
         if os.path.normpath(path) not in written and not os.path.exists(os.path.join(root, path)):

@@ -340,7 +340,8 @@ def check_meta_batch(cfg: RunConfig, bench) -> None:
     """Meta-training draws whole batches (``drop_last``): a set smaller than ``meta_train.batch_size``
     yields none, and the loop would wait for a batch forever. Said here, before anything runs (one line)."""
     meta = getattr(bench, "meta_train", None)
-    if cfg.meta_train.steps > 0 and meta is not None and len(meta) < cfg.meta_train.batch_size:
+    # an empty set is left to MetaTraining's own line ("the stream has no meta-training set")
+    if cfg.meta_train.steps > 0 and meta is not None and 0 < len(meta) < cfg.meta_train.batch_size:
         raise ValueError(f"meta_train.batch_size: {cfg.meta_train.batch_size} is more than the {len(meta)} items of "
                          "the meta-training set, so no batch can be drawn (lower meta_train.batch_size or raise "
                          "stream.options.meta_train_episodes)")

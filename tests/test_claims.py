@@ -414,6 +414,10 @@ def test_secondary_endpoints_are_shown_on_the_same_pairs_and_never_read(tmp_path
         return r
     runs = ([run("ovq", s, 0.6 + 0.01 * s, 0.6, 0.05) for s in range(4)]
             + [run("ssm", s, 0.3, 0.95 - 0.004 * s, None if s == 3 else 0.6 + 0.01 * s) for s in range(4)])
+    # a fifth seed whose primary endpoint ovq did not measure: not a pair of the comparison, so not of its
+    # secondaries either (they are read on the primary's pairs only)
+    runs += [run("ovq", 4, 0.0, 0.0, 0.9), run("ssm", 4, 0.3, 0.95, 0.6)]
+    runs[-2]["summary"]["final_average"] = None
     root = _write(tmp_path, "s.json", runs)
     plain = Claim("c", "t", against=["ssm"], results=["results/s.json"], seeds=4)
     shown = replace(plain, secondary=["forgetting_learned", "learning_average"])
@@ -423,7 +427,13 @@ def test_secondary_endpoints_are_shown_on_the_same_pairs_and_never_read(tmp_path
     # forgetting: ours - theirs = -0.55 - 0.01 s on the 3 pairs that measured it; learning: -0.35 + 0.004 s
     assert "forgetting_learned (lower is better) -0.560 [-0.585, -0.535] over 3 pairs" in b.cells[0]
     assert "learning_average (higher is better) -0.344 [" in b.cells[0]
-    assert "Beside" not in a.cells[0]
+    assert "Beside" not in a.cells[0] and "4 pairs" in a.cells[0] and "over 5" not in b.cells[0]
+    # every pair differing by the same amount shows no interval (as the primary's rule would not)
+    for r in runs:
+        r["summary"]["learning_average"] = 0.5 if r["params"]["model.layers"] == "['ovq']" else 0.25
+    root = _write(tmp_path, "s.json", runs)
+    same = evaluate(shown, root)
+    assert "learning_average (higher is better) +0.250 in every one of 4 pairs (zero variance, no interval)" in same.cells[0]
 
 
 def test_secondary_endpoints_are_validated_like_the_endpoint(tmp_path):
@@ -432,6 +442,21 @@ def test_secondary_endpoints_are_validated_like_the_endpoint(tmp_path):
     _refused(bad, head + "secondary: [forgeting]}\n", "secondary endpoint 'forgeting' is not a summary name")
     _refused(bad, head + "secondary: [final_average]}\n", "distinct and not the endpoint")
     _refused(bad, head + "secondary: forgetting_max}\n", "secondary is a list")
+    _refused(bad, head + "kind: fails_to_learn, secondary: [forgetting_max]}\n", "not on a fails_to_learn claim")
+
+
+def test_an_as_much_no_says_whether_the_interval_is_beyond_the_margin_or_only_too_wide(tmp_path):
+    # ssm: ovq - ssm = +0.30 +- 0.01 (beyond a 0.05 margin); vq: -0.02 with a spread of +-0.06 (too wide)
+    runs = [_run("ovq", s, 0.6 + 0.01 * s) for s in range(4)]
+    runs += [_run("ssm", s, 0.3 + 0.01 * s + (0.005 if s % 2 else -0.005)) for s in range(4)]
+    runs += [_run("vq", s, 0.62 + 0.01 * s + (0.06 if s % 2 else -0.06)) for s in range(4)]
+    root = _write(tmp_path, "w.json", runs)
+    result = evaluate(Claim("c", "t", kind="as_much", against=["ssm", "vq"], results=["results/w.json"],
+                            margin=0.05, seeds=4), root)
+    assert result.answers == ["no", "no"] and result.verdict == "not reproduced"
+    assert result.cells[0].endswith(": no (the whole interval beyond the margin)")
+    assert result.cells[1].endswith(": no (the interval reaches past the margin: a match is not shown, nor a "
+                                    "difference beyond it)")
 
 
 def _neutral_run(layers, seed, scores, slots=None, skills=None):
