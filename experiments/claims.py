@@ -310,9 +310,7 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
             return _Comparison(name, "refused", f"vs {name}: refused (its seeds and ours were run by {len(versions)} "
                                "code versions, none shared within one)", waits=False)
         return _Comparison(name, "no shared seeds", f"vs {name}: no seed run by both yet")
-    # one scoring for the whole comparison: against the facts in force only where every run has it
-    current = all(claim.endpoint in a.summary_current and claim.endpoint in b.summary_current for a, b in pairs)
-    values = [_pair_values(a, b, claim.endpoint, current) for a, b in pairs]
+    values = [_pair_values(a, b, claim.endpoint, _in_force(pairs, claim.endpoint)) for a, b in pairs]
     c = paired_comparison([x for x, _ in values], [y for _, y in values])
     learned = (sum(a.learned is True for a, _ in pairs), sum(b.learned is True for _, b in pairs))
     skills = [x for x in (_skill_at(b, claim.endpoint) for _, b in pairs) if not math.isnan(x)]
@@ -328,6 +326,11 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
                        beside=_beside(claim, pairs))
 
 
+def _in_force(pairs, endpoint: str) -> bool:
+    """One scoring for all of a comparison's pairs: against the facts in force only where every run has it."""
+    return all(endpoint in a.summary_current and endpoint in b.summary_current for a, b in pairs)
+
+
 def _beside(claim: Claim, pairs) -> str:
     """The claim's secondary endpoints on the comparison's pairs: ours - theirs with its 95% t interval,
     unadjusted (they are shown, not read), each over those of the pairs that measured it (one scoring for
@@ -335,14 +338,12 @@ def _beside(claim: Claim, pairs) -> str:
     parts = []
     for endpoint in claim.secondary:
         better = "higher" if _higher_is_better(endpoint, pairs[0][0].metric) else "lower"
-        both = [(a, b) for a, b in pairs if endpoint in a.summary_current and endpoint in b.summary_current]
-        current = bool(both) and len(both) == len(pairs)
-        values = [v for v in (_pair_values(a, b, endpoint, current) for a, b in pairs)
+        values = [v for v in (_pair_values(a, b, endpoint, _in_force(pairs, endpoint)) for a, b in pairs)
                   if not any(math.isnan(x) for x in v)]
-        c = paired_comparison([x for x, _ in values], [y for _, y in values]) if len(values) >= 2 else None
-        if c is None or c.n < 2:
+        if len(values) < 2:
             parts.append(f"{endpoint} ({better} is better): not measured on 2 pairs")
             continue
+        c = paired_comparison([x for x, _ in values], [y for _, y in values])
         n = "" if c.n == len(pairs) else f" over {c.n} pairs"
         if c.low == c.high:                 # every pair differs by the same amount: no spread to show
             parts.append(f"{endpoint} ({better} is better) {c.mean_difference:+.3f} in every one of {c.n} pairs "

@@ -682,7 +682,7 @@ def pairs_in_one_version(mine: Sequence[RunRecord], other: Sequence[RunRecord],
     return v, pairs, left_out, across
 
 
-def _pairs_against(groups: Dict[str, List[RunRecord]], base_key: str):
+def pairs_against(groups: Dict[str, List[RunRecord]], base_key: str):
     """(key, [(run, baseline run)]) for every other group, its runs paired with the baseline's on the
     replicates (seed of model, seed of data) both ran."""
     base = {r.replicate: r for r in groups[base_key]}
@@ -711,7 +711,7 @@ def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
 
     domains = list(dict.fromkeys(d for r in groups[base_key] for d in r.position["curves"]))
     rows = []
-    for key, pairs in _pairs_against(groups, base_key):
+    for key, pairs in pairs_against(groups, base_key):
         for domain in domains:
             bucket = groups[base_key][0].position["curves"][domain]["buckets"][-1]
             c = paired_comparison([last(a, domain) for a, _ in pairs], [last(b, domain) for _, b in pairs])
@@ -912,7 +912,7 @@ def paired_table(records: Iterable[RunRecord], baseline: str, columns: Optional[
     head = ["configuration - baseline", "metric", "n pairs", "difference [95% CI]", "paired t p", "p Holm (metric)",
             "Wilcoxon p", "d_z"]
     rows = []                                      # (key, column, comparison or None, shares replicates)
-    for key, all_pairs in _pairs_against(groups, base_key):
+    for key, all_pairs in pairs_against(groups, base_key):
         for column in columns:
             pairs = all_pairs
             if column.split(":", 1)[-1] in FORGETTING:

@@ -240,7 +240,7 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
                                       groups)
         _check_budget_pairs("+".join(compare._layers(mixer)) or mixer, treatments, groups)
         standard_awaits = _awaits(groups[standards[0]], rerun_budget, "the standard recipe is")
-        for key, pairs in compare._pairs_against(groups, standards[0]):
+        for key, pairs in compare.pairs_against(groups, standards[0]):
             if key not in treatments:
                 continue
             final = paired_comparison([t.summary.get("final_average", math.nan) for t, _ in pairs],

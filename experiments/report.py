@@ -705,7 +705,7 @@ def _cross_version_pairs(records: List[compare.RunRecord], baseline: str) -> str
     except ValueError:
         return ""
     out = []
-    for key, pairs in compare._pairs_against(groups, base_key):
+    for key, pairs in compare.pairs_against(groups, base_key):
         k = sum(compare.version_of(a) != compare.version_of(b) for a, b in pairs)
         if k:
             out.append(f"{key} ({k} of {len(pairs)})")

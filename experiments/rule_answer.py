@@ -109,7 +109,7 @@ def rule_cells(streams: Sequence[Tuple[str, List[compare.RunRecord]]], baseline:
         current = bool(runs) and all(r.summary_current for r in runs)      # one endpoint for the whole stream
         column = "current:final_average" if current else "final_average"
         mine = []
-        for key, pairs in compare._pairs_against(groups, base_key):
+        for key, pairs in compare.pairs_against(groups, base_key):
             rule = identity(groups[key][0])
             c = paired_comparison([compare._column_value(a, column) for a, _ in pairs],
                                   [compare._column_value(b, column) for _, b in pairs])
