@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
                                            "version), e.g. a sweep finished in pieces back into the file its study lists")
     merge_p.add_argument("out", help="the JSON file to write (its own records are kept, first)")
     merge_p.add_argument("json", nargs="+", help="sweep JSON files (ovq-cl sweep --out) to add")
+    pieces_p = sub.add_parser("pieces", help="a study's runs that its results lack, one sweep command each "
+                                             "(COMMIT<TAB>command; '-' unpinned): to run in lanes, then ovq-cl merge")
+    pieces_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
+    pieces_p.add_argument("--order", choices=("sweep", "seed-outer"), default="sweep",
+                          help="sweep: each sweep's grid order; seed-outer: the seed axes vary slowest (pairs complete early)")
+    pieces_p.add_argument("--all", action="store_true", help="every run, also those the results hold")
     study_p = sub.add_parser("study", help="run a study of experiments/studies/ (its sweeps), then rewrite RESULTS.md")
     study_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
     study_p.add_argument("--smoke", default=None, metavar="DIR",

@@ -1,4 +1,4 @@
-"""Command line: ``ovq-cl demo | run | sweep | compare | study | report | state-sizes``.
+"""Command line: ``ovq-cl demo | run | sweep | compare | merge | pieces | study | report | state-sizes``.
 
 ``--plugin MODULE`` (run, sweep, state-sizes, demo; repeatable) imports a module of yours first, so the
 mixers, streams, strategies and metrics it registers can be named in configs; packages can instead
@@ -188,6 +188,19 @@ def _dispatch(args, parser) -> int:
 
         written, dropped = merge_record_files(args.out, args.json)
         say(f"ovq-cl: merge: {written} run records in {args.out}" + (f" ({dropped} repeats kept once)" if dropped else ""))
+    elif args.command == "pieces":
+        from experiments.pieces import study_pieces
+        from experiments.report import PROJECT_DIR
+        from experiments.study_specs import load_study
+
+        pieces = study_pieces(load_study(args.name), PROJECT_DIR, order=args.order, include_held=args.all)
+        for piece in pieces:
+            print(piece.line())
+        pinned = sorted({p.commit for p in pieces if p.commit})
+        say(f"ovq-cl: pieces: {len(pieces)} runs of study {args.name} to run" +
+            (f", from commit {', '.join(pinned)} (a checkout of its own, with its own .venv)" if pinned else ""))
+        for study_file in dict.fromkeys(p.study_file for p in pieces):
+            say(f"ovq-cl: pieces: as each finishes, here: ovq-cl merge {study_file} <checkout>/<its piece file>")
     elif args.command == "study":
         from experiments.study import run_study
 

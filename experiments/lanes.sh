@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# A lane: runs the lines of a queue written by `ovq-cl pieces NAME > QUEUE` one after the other, each
+# with one thread, from the checkout its commit names (../ovq-cl-COMMIT beside this one, with its own
+# .venv; this checkout for "-"), and merges each finished piece's record into the study's file here
+# (`ovq-cl merge`), so that a finished run is kept the moment it ends. Start it twice on one queue for
+# two lanes: a line is claimed under a lock, once. Lines may be added or reordered while lanes run.
+#   usage: experiments/lanes.sh QUEUE            (logs: QUEUE.log, one per run: QUEUE.<n>.log)
+# A queue line: COMMIT<TAB>STUDY_FILE<TAB>PIECE_FILE<TAB>COMMAND (what `ovq-cl pieces` prints).
+set -u
+queue=$(realpath "$1")
+here=$(cd "$(dirname "$0")/.." && pwd)
+[ -f "$queue" ] || { echo "lanes: no queue file $1 (write one with: ovq-cl pieces NAME > QUEUE)"; exit 2; }
+missing=$(cut -f1 "$queue" | grep -v '^#' | grep -v '^-$' | grep -v '^$' | sort -u | while read -r c; do
+  [ -x "$here/../ovq-cl-$c/.venv/bin/ovq-cl" ] || echo "$c"; done)
+if [ -n "$missing" ]; then
+  for c in $missing; do echo "lanes: no checkout of $c: git worktree add ../ovq-cl-$c $c && make -C ../ovq-cl-$c install"; done
+  exit 2
+fi
+touch "$queue.claimed"
+n=0
+while true; do
+  line=$(flock "$queue.lock" bash -c '
+    while IFS= read -r l; do
+      case "$l" in ""|"#"*) continue;; esac
+      grep -qxF -- "$l" "$1.claimed" || { printf "%s\n" "$l" >> "$1.claimed"; printf "%s" "$l"; break; }
+    done < "$1"' _ "$queue")
+  [ -z "$line" ] && { echo "$(date -u +%FT%TZ) lane $$: queue done" >> "$queue.log"; exit 0; }
+  IFS=$'\t' read -r commit study_file piece_file command <<< "$line"
+  dir=$here; [ "$commit" != "-" ] && dir=$here/../ovq-cl-$commit
+  n=$((n + 1)); log="$queue.$$.$n.log"
+  echo "$(date -u +%FT%TZ) lane $$ start ($log): $command" >> "$queue.log"
+  ( cd "$dir" && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$dir/.venv/bin:$PATH" bash -c "$command" ) > "$log" 2>&1
+  rc=$?
+  case "$piece_file" in /*) made=$piece_file;; *) made=$dir/$piece_file;; esac
+  if [ $rc -eq 0 ] && [ -f "$made" ]; then
+    (cd "$here" && .venv/bin/ovq-cl merge "$study_file" "$made") >> "$log" 2>&1; rc=$?
+  fi
+  echo "$(date -u +%FT%TZ) lane $$ end rc=$rc: $command" >> "$queue.log"
+done

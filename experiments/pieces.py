@@ -1,0 +1,158 @@
+"""A study's missing runs as one command each (``ovq-cl pieces NAME``), to run in lanes and merge back.
+
+A long study outlives a session on a machine whose disk and processes do not: its runs go one at a
+time, each as a sweep of one configuration, from the checkout its ``code:`` pins (a frozen commit,
+whose sweeps may predate reading their own records back), and each finished run's JSON is merged into
+the study's file (``ovq-cl merge``) as soon as it is written. This module writes those commands: for
+every sweep command of the study, every grid combination whose run the sweep's JSON does not hold yet,
+as the same command with every ``--grid`` axis cut to that combination's value and its own ``--name``.
+
+Cutting the axes leaves the base config, the overrides and the axis order as they were, so a piece's
+run has the resolved config (``config_id``) that the whole sweep would have given it, and its record
+merges into the study's file as that run (:func:`experiments.sweep.merge_record_files`).
+
+A run is "held" when a record of any of the study's files (a sweep's runs may have been finished by
+another sweep of the study, e.g. the seeds a crashed sweep left, run under a joint axis), of the code
+version the sweep is pinned to (any version, unpinned), has the run's label (stream, mixers,
+strategy, memory policy, seed) and every value the command sets (its overrides and the combination's
+axes) as its params say. The values the runner resolves (the vocabulary, the data seed) are not
+compared: the command never sets them; nor are the base config's defaults, which later code may
+change under a record of frozen code.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from experiments.study_specs import StudySpec, sweep_name
+
+ORDERS = ("sweep", "seed-outer")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One run of a study as a command: ``argv`` starts with ``sweep`` (as the CLI reads it); ``commit``
+    and ``code`` are the sweep's pin (None when unpinned); ``study_file`` is the JSON its record is merged
+    into; ``piece_file`` the JSON the piece writes (relative to the checkout it runs in)."""
+
+    argv: Tuple[str, ...]
+    label: str
+    study_file: str
+    piece_file: str
+    code: Optional[str] = None
+    commit: Optional[str] = None
+
+    def line(self) -> str:
+        """``COMMIT<TAB>STUDY_FILE<TAB>PIECE_FILE<TAB>ovq-cl sweep ...`` (``-`` for an unpinned sweep): a
+        line of the queue ``experiments/lanes.sh`` runs."""
+        return "\t".join([self.commit or "-", self.study_file, self.piece_file, shlex.join(["ovq-cl", *self.argv])])
+
+
+def _held(records: List[dict], label: str, wanted: Dict[str, str], code: Optional[str]) -> bool:
+    """Whether a record (of ``code``, when given) has ``label`` and every value of ``wanted`` (flattened
+    params)."""
+    from experiments.tracking.params import flatten_config
+
+    for d in records:
+        if not isinstance(d, dict) or not isinstance(d.get("params"), dict) or d.get("label") != label:
+            continue
+        if code is not None and d.get("code_version") != code:
+            continue
+        params = flatten_config(d["params"])
+        if all(params.get(k) == v for k, v in wanted.items()):
+            return True
+    return False
+
+
+def _file(out: str, name: str) -> str:
+    """The JSON a sweep named ``name`` writes with ``--out out``."""
+    return os.path.normpath(os.path.join(out, name + ".json"))
+
+
+def _records(path: str) -> List[dict]:
+    """The run records of a sweep's JSON ([] when it does not exist yet); ValueError when it is not a list."""
+    try:
+        with open(path) as fh:
+            records = json.load(fh)
+    except FileNotFoundError:
+        return []
+    if not isinstance(records, list):
+        raise ValueError(f"pieces: {path} is not a list of run records (what ovq-cl sweep --out writes)")
+    return records
+
+
+def _cut(argv: Sequence[str], values: Dict[str, str], name: str) -> List[str]:
+    """``argv`` with each ``--grid AXIS=...`` cut to ``AXIS=values[AXIS]`` and ``--name`` set to ``name``
+    (added when the command had none); every other argument in place."""
+    from experiments.sweep import parse_grid
+
+    out, i, named = [], 0, False
+    argv = list(argv)
+    while i < len(argv):
+        a = argv[i]
+        if a == "--grid" or a.startswith("--grid="):
+            item = argv[i + 1] if a == "--grid" else a.split("=", 1)[1]
+            ((key, _),) = parse_grid([item]).items()
+            out += ["--grid", f"{key}={values[key]}"]
+            i += 2 if a == "--grid" else 1
+        elif a == "--name" or a.startswith("--name="):
+            out += ["--name", name]
+            named = True
+            i += 2 if a == "--name" else 1
+        else:
+            out.append(a)
+            i += 1
+    return out if named else out + ["--name", name]
+
+
+def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held: bool = False) -> List[Piece]:
+    """The runs of ``spec``'s sweep commands that their JSON (under ``root``) does not hold, one
+    :class:`Piece` each, in each sweep's grid order (``order="seed-outer"``: the seed axes vary slowest,
+    so that the pairs of a paired comparison complete early), sweeps in the study's order.
+    ``include_held``: every run, held or not. Each piece is validated (its config built) here."""
+    from experiments.arguments import build_parser, parse_args
+    from experiments.study import is_seed_axis, sweep_commands
+    from experiments.sweep import _assignments, expand, parse_grid
+    from experiments.tracking.params import flatten_config
+
+    if order not in ORDERS:
+        raise ValueError(f"pieces: order must be one of {ORDERS}, got {order!r}")
+    parser = build_parser()
+    commands = [(argv, parse_args(parser, argv)) for _, argv in sweep_commands(spec)]
+    files = dict.fromkeys([_file(a.out, a.name) for _, a in commands]
+                          + [os.path.normpath(f) for f in spec.results])
+    records = [d for f in files for d in _records(os.path.join(root, f))]
+    pieces: List[Piece] = []
+    taken = set()
+    for argv, args in commands:
+        grid = parse_grid(args.grid)
+        name = sweep_name(argv)
+        pin = spec.code.get(name) if name in spec.code else spec.code.get("*")
+        code, commit = pin.split("@") if pin else (None, None)
+        study_file = _file(args.out, args.name)
+        axes = list(grid)
+        walk = ([k for k in axes if is_seed_axis(k)] + [k for k in axes if not is_seed_axis(k)]
+                if order == "seed-outer" else axes)
+        for chosen in itertools.product(*(grid[k] for k in walk)):
+            values = dict(zip(walk, chosen))
+            (cfg,) = expand(os.path.join(root, args.config), args.overrides, {k: [values[k]] for k in axes},
+                            plugins=getattr(args, "plugin", []))
+            flat = flatten_config(cfg)
+            keys = [o.split("=", 1)[0].strip() for o in args.overrides if "=" in o]
+            keys += [a.split("=", 1)[0] for k in axes for a in _assignments(k, values[k])]
+            wanted = {k: flat[k] for k in keys if k in flat}
+            label = cfg.label()
+            if not include_held and _held(records, label, wanted, code):
+                continue
+            piece_name, k = f"{args.name}__{label}", 1
+            while _file(args.out, piece_name) in taken:      # two runs of one label: a file each
+                k += 1
+                piece_name = f"{args.name}__{label}__{k}"
+            taken.add(_file(args.out, piece_name))
+            pieces.append(Piece(argv=tuple(_cut(argv, values, piece_name)), label=label, study_file=study_file,
+                                piece_file=_file(args.out, piece_name), code=code, commit=commit))
+    return pieces

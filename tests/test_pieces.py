@@ -1,0 +1,140 @@
+"""`ovq-cl pieces`: a study's missing runs, one sweep command each, and the lanes that run and merge them.
+
+What matters: a piece makes exactly the run (resolved config) the whole sweep would have made, so its
+record merges in as that run; a run is skipped only when a record of the pinned code holds it; two
+lanes on one queue run every line once and keep every finished record."""
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from experiments.pieces import study_pieces
+from experiments.study import expand_sweep
+from experiments.study_specs import load_study
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = "experiments/configs/icr_frozen.yaml"
+SWEEP = (f"ovq-cl sweep {CONFIG} stream.options.train_episodes=8 --grid 'model.layers=[ovq];[full]' "
+         "--grid 'seed=0;1' --name tiny --out results")
+
+
+def _study(tmp_path, commands, code=None, results=("results/tiny.json",)):
+    """A study file and a project root under tmp_path (the config copied in, as the project has it)."""
+    os.makedirs(tmp_path / "experiments" / "configs", exist_ok=True)
+    shutil.copy(os.path.join(ROOT, CONFIG), tmp_path / CONFIG)
+    os.makedirs(tmp_path / "results", exist_ok=True)
+    lines = ["title: tiny", "commands:"] + [f"  - {json.dumps(c)}" for c in commands]
+    lines += [f"results: {json.dumps(list(results))}"]
+    if code:
+        lines += [f"code: {json.dumps(code)}"]
+    path = tmp_path / "tiny.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return load_study(str(path))
+
+
+def _record(cfg, code_version):
+    """A run record as a sweep writes it, for a config (what a finished run leaves; the runner resolves
+    the vocabulary, so the record's differs from the unresolved config's, as in real records)."""
+    params = cfg.to_dict()
+    params["model"]["vocab_size"] = 98
+    return {"label": cfg.label(), "config_id": cfg.identity() + code_version, "params": params,
+            "code_version": code_version, "summary": {}, "R": [[1.0]]}
+
+
+def _full_sweep():
+    return expand_sweep(shlex.split(SWEEP)[1:])
+
+
+def test_every_piece_makes_the_run_the_whole_sweep_makes(tmp_path):
+    spec = _study(tmp_path, [SWEEP])
+    pieces = study_pieces(spec, str(tmp_path))
+    full = {c.label(): c.identity() for c in _full_sweep()}
+    assert len(pieces) == 4
+    for p in pieces:
+        (cfg,) = expand_sweep(list(p.argv))           # one run per piece, read by the CLI's own parser
+        assert full[cfg.label()] == cfg.identity() and p.label == cfg.label()
+        assert p.study_file == "results/tiny.json" and p.piece_file == f"results/tiny__{p.label}.json"
+        assert p.commit is None and p.line().startswith("-\tresults/tiny.json\t")
+
+
+def test_a_run_is_held_only_by_a_record_of_the_pinned_code(tmp_path):
+    spec = _study(tmp_path, [SWEEP], code={"*": "code-aaaaaa@1234567"})
+    by_label = {c.label(): c for c in _full_sweep()}
+    ovq_s1 = next(c for label, c in by_label.items() if "ovq" in label and label.endswith("s1"))
+    full_s0 = next(c for label, c in by_label.items() if "full" in label and label.endswith("s0"))
+    # ovq seed 1 finished under the pin; full seed 0 only under other code (it cannot pair: still to run)
+    (tmp_path / "results" / "tiny.json").write_text(json.dumps([_record(ovq_s1, "code-aaaaaa"),
+                                                                  _record(full_s0, "code-bbbbbb")]))
+    left = study_pieces(spec, str(tmp_path))
+    assert sorted(p.label for p in left) == sorted(set(by_label) - {ovq_s1.label()})
+    assert all(p.commit == "1234567" and p.code == "code-aaaaaa" for p in left)
+    assert len(study_pieces(spec, str(tmp_path), include_held=True)) == 4
+
+
+def test_a_record_that_differs_in_a_value_the_command_sets_holds_nothing(tmp_path):
+    spec = _study(tmp_path, [SWEEP])
+    ovq_s0 = next(c for c in _full_sweep() if "ovq" in c.label() and c.label().endswith("s0"))
+    record = _record(ovq_s0, "code-aaaaaa")
+    record["params"]["stream"]["options"]["train_episodes"] = 64     # another override: another run
+    (tmp_path / "results" / "tiny.json").write_text(json.dumps([record]))
+    assert len(study_pieces(spec, str(tmp_path))) == 4
+
+
+def test_a_run_finished_by_another_sweep_of_the_study_is_held(tmp_path):
+    spec = _study(tmp_path, [SWEEP], results=("results/tiny.json", "results/rest.json"))
+    ovq_s0 = next(c for c in _full_sweep() if "ovq" in c.label() and c.label().endswith("s0"))
+    (tmp_path / "results" / "rest.json").write_text(json.dumps([_record(ovq_s0, "code-aaaaaa")]))
+    assert len(study_pieces(spec, str(tmp_path))) == 3
+
+
+def test_seed_outer_completes_the_pairs_first(tmp_path):
+    spec = _study(tmp_path, [SWEEP])
+    assert [p.label.rsplit("-s", 1)[1] for p in study_pieces(spec, str(tmp_path))] == ["0", "1", "0", "1"]
+    assert [p.label.rsplit("-s", 1)[1] for p in study_pieces(spec, str(tmp_path), order="seed-outer")] == ["0", "0", "1", "1"]
+    with pytest.raises(ValueError, match="order must be one of"):
+        study_pieces(spec, str(tmp_path), order="random")
+
+
+def test_two_runs_with_one_label_write_two_files(tmp_path):
+    sweep = SWEEP.replace("--grid 'seed=0;1'", "--grid 'meta_train.lr=0.001;0.003'")
+    pieces = study_pieces(_study(tmp_path, [sweep]), str(tmp_path))
+    assert len({p.piece_file for p in pieces}) == 4 and len({p.label for p in pieces}) == 2
+
+
+LANES = os.path.join(ROOT, "experiments", "lanes.sh")
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
+def test_two_lanes_run_every_line_once_and_merge_each_record(tmp_path):
+    """Two lanes on one queue of 4 pieces: each piece runs once (a line is claimed under a lock) and its
+    record reaches the study file as it finishes; a failing piece merges nothing and the lane goes on."""
+    study_file = tmp_path / "study.json"
+    lines = []
+    for k in range(4):
+        piece = tmp_path / f"piece{k}.json"
+        record = {"label": f"r{k}", "config_id": f"id{k}", "params": {"seed": k}, "code_version": "c", "R": [[k]]}
+        write = (f"{sys.executable} -c 'import json,sys; json.dump([{json.dumps(record)}], open(sys.argv[1], \"w\"))' {piece}"
+                 f" && echo ran{k} >> {tmp_path / 'ran.txt'}")
+        if k == 2:
+            write = "exit 3"
+        lines.append("\t".join(["-", str(study_file), str(piece), write]))
+    queue = tmp_path / "queue.txt"
+    queue.write_text("# a comment line\n" + "\n".join(lines) + "\n")
+    lanes = [subprocess.Popen(["bash", LANES, str(queue)], cwd=ROOT) for _ in range(2)]
+    assert all(p.wait(timeout=120) == 0 for p in lanes)
+    ran = (tmp_path / "ran.txt").read_text().split()
+    assert sorted(ran) == [f"ran{k}" for k in (0, 1, 3)]            # each once, the failure not
+    assert sorted(r["label"] for r in json.loads(study_file.read_text())) == [f"r{k}" for k in (0, 1, 3)]
+    assert "end rc=3" in (tmp_path / "queue.txt.log").read_text()
+
+
+def test_a_lane_refuses_a_queue_whose_checkout_is_missing(tmp_path):
+    queue = tmp_path / "queue.txt"
+    queue.write_text("0000000\tresults/x.json\tresults/x__a.json\tovq-cl sweep x\n")
+    out = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and "git worktree add ../ovq-cl-0000000 0000000" in out.stdout
+    assert not (tmp_path / "queue.txt.claimed").exists()
