@@ -138,3 +138,25 @@ def test_a_lane_refuses_a_queue_whose_checkout_is_missing(tmp_path):
     out = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "git worktree add ../ovq-cl-0000000 0000000" in out.stdout
     assert not (tmp_path / "queue.txt.claimed").exists()
+
+
+def test_the_cut_keeps_every_other_argument_and_names_a_command_that_had_no_name():
+    from experiments.pieces import _cut
+
+    argv = ["sweep", CONFIG, "seed=1", "--grid=model.layers=[ovq];[full]", "--plugin", "my.mod", "--grid", "meta_train.lr=1;2"]
+    assert _cut(argv, {"model.layers": "[full]", "meta_train.lr": "2"}, "x__y") == [
+        "sweep", CONFIG, "seed=1", "--grid", "model.layers=[full]", "--plugin", "my.mod", "--grid", "meta_train.lr=2",
+        "--name", "x__y"]
+
+
+def test_the_command_prints_a_queue_line_per_missing_run(tmp_path, capsys):
+    """`ovq-cl pieces STUDY` (a study file's path here): one tab-separated queue line per run, on stdout."""
+    from experiments.cli import main
+
+    study = tmp_path / "tiny.yaml"
+    study.write_text(f"title: tiny\ncommands:\n  - {json.dumps(SWEEP.replace('--name tiny', '--name tiny_cli_unwritten'))}\n")
+    assert main(["pieces", str(study), "--order", "seed-outer"]) in (0, None)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and all(len(line.split("\t")) == 4 for line in lines)
+    assert [line.split("\t")[2] for line in lines][:2] == [
+        "results/tiny_cli_unwritten__icr-ovq-frozen-persist-s0.json", "results/tiny_cli_unwritten__icr-full-frozen-persist-s0.json"]
