@@ -135,6 +135,7 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
         code, commit = pin.split("@") if pin else (None, None)
         study_file = _file(args.out, args.name)
         axes = list(grid)
+        set_keys = [o.split("=", 1)[0].strip() for o in args.overrides if "=" in o]   # what the command sets
         walk = ([k for k in axes if is_seed_axis(k)] + [k for k in axes if not is_seed_axis(k)]
                 if order == "seed-outer" else axes)
         for chosen in itertools.product(*(grid[k] for k in walk)):
@@ -142,8 +143,7 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
             (cfg,) = expand(os.path.join(root, args.config), args.overrides, {k: [values[k]] for k in axes},
                             plugins=getattr(args, "plugin", []))
             flat = flatten_config(cfg)
-            keys = [o.split("=", 1)[0].strip() for o in args.overrides if "=" in o]
-            keys += [a.split("=", 1)[0] for k in axes for a in _assignments(k, values[k])]
+            keys = set_keys + [a.split("=", 1)[0] for k in axes for a in _assignments(k, values[k])]
             wanted = {k: flat[k] for k in keys if k in flat}
             label = cfg.label()
             if not include_held and _held(records, label, wanted, code):
