@@ -19,6 +19,34 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session")
+def _migrated_store(tmp_path_factory):
+    """An MLflow SQLite file with its tables made and nothing else: what a new store is after MLflow's
+    migrations (1-2 s a store, run on every new file), before MLflow writes anything into it."""
+    import mlflow.store.db.utils as db_utils
+    import sqlalchemy
+
+    path = tmp_path_factory.mktemp("store-template") / "migrated.db"
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+    db_utils._initialize_tables(engine)
+    engine.dispose()
+    return path
+
+
+@pytest.fixture
+def new_store(_migrated_store):
+    """``new_store(path)``: a new, empty tracking store at ``path`` (its URI), copied from a migrated file
+    instead of migrated again, for tests that need a store of their own, not to watch one being created
+    (test_tracking and test_output watch that)."""
+    import shutil
+
+    def make(path) -> str:
+        shutil.copyfile(_migrated_store, path)
+        return f"sqlite:///{path}"
+
+    return make
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b| (the relative-error check used for every reference comparison)."""
     a, b = a.detach(), b.detach()

@@ -76,10 +76,12 @@ def assert_same_run(a, b):
 
 
 @pytest.mark.slow
-def test_two_processes_give_one_process_run_and_a_run_resumes_with_another_world_size(tmp_path):
+def test_two_processes_give_one_process_run_and_a_run_resumes_with_another_world_size(tmp_path, new_store):
     from experiments.tracking import runs_table
 
     (tmp_path / "cfg.yaml").write_text(CONFIG)
+    for store in ("one", "two", "mixed"):
+        new_store(tmp_path / (store + ".db"))
 
     def args(store):
         return ["run", "cfg.yaml", f"tracking.tracking_uri=sqlite:///{tmp_path / (store + '.db')}",

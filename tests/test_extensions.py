@@ -46,9 +46,9 @@ def final_R(ckpt_dir):
     return ckpt["next_experience"], ckpt["metrics"]["results"]["R"]
 
 
-def test_a_user_mixer_stream_metric_and_strategy_run_from_the_cli_and_resume(tmp_path):
+def test_a_user_mixer_stream_metric_and_strategy_run_from_the_cli_and_resume(tmp_path, new_store):
     (tmp_path / "cfg.yaml").write_text(CONFIG)
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    uri = new_store(tmp_path / "mlruns.db")
     common = ["run", "cfg.yaml", "--plugin", "plugins.extension", "model.mixers.ema.decay=0.7",
               f"tracking.tracking_uri={uri}"]
     killed = ovq_cl(tmp_path, *common, "checkpoint.dir=ckpt/resumed", env={"EXTENSION_KILL_BEFORE": "1"})

@@ -25,11 +25,13 @@ def records(tmp, store):
 
 
 @pytest.mark.slow
-def test_a_ray_sweep_gives_the_serial_sweeps_runs_and_table_and_survives_a_killed_trial(tmp_path):
+def test_a_ray_sweep_gives_the_serial_sweeps_runs_and_table_and_survives_a_killed_trial(tmp_path, new_store):
     pytest.importorskip("ray")          # only this test runs trials on Ray; the option checks need no Ray
     from experiments.tracking import runs_table
 
     (tmp_path / "cfg.yaml").write_text(CONFIG)
+    for store in ("serial", "ray"):
+        new_store(tmp_path / (store + ".db"))
     serial, _ = sweep(tmp_path, "serial", "serial")
     assert serial.returncode == 0, serial.stderr[-2000:]
     marker = tmp_path / "killed-once"
@@ -70,7 +72,7 @@ def test_backend_options_are_checked_before_anything_runs(tmp_path, monkeypatch,
 
 
 @pytest.mark.slow
-def test_sigterm_on_a_ray_sweep_marks_the_parent_and_its_running_trials_killed_and_a_restart_resumes_them(tmp_path):
+def test_sigterm_on_a_ray_sweep_marks_the_parent_and_its_running_trials_killed_and_a_restart_resumes_them(tmp_path, new_store):
     """SIGTERM (a scheduler's stop, `timeout`) to a Ray sweep's driver: as Ctrl-C on a serial sweep,
     exit 143 with one line, the parent run and every trial that had started KILLED (none left RUNNING),
     their checkpoints kept; started again, each trial resumes at the experience it had reached. The
@@ -87,7 +89,7 @@ def test_sigterm_on_a_ray_sweep_marks_the_parent_and_its_running_trials_killed_a
 
     (tmp_path / "cfg.yaml").write_text(CONFIG)
     marker = tmp_path / "waiting"
-    uri = f"sqlite:///{tmp_path / 'ray.db'}"
+    uri = new_store(tmp_path / "ray.db")
     args = ["sweep", "cfg.yaml", "--plugin", "plugins.extension", f"tracking.tracking_uri={uri}", "checkpoint.dir=ckpt",
             "--grid", "seed=0;1", "--name", "ray", "--out", "out"]
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "tests"), "RAY_worker_niceness": "0",

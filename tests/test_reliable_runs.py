@@ -25,9 +25,9 @@ def cfg_in(tmp, experiment, uri, **sections):
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
+def store(tmp_path, monkeypatch, new_store):
     monkeypatch.chdir(tmp_path)
-    return f"sqlite:///{tmp_path / 'mlruns.db'}"
+    return new_store(tmp_path / "mlruns.db")
 
 
 def test_a_finished_run_is_reused_only_for_the_same_config_and_code(tmp_path, store, monkeypatch):
@@ -56,12 +56,12 @@ def test_resuming_with_a_harmless_setting_changed_finishes_the_same_run(tmp_path
     assert row["params"]["progress"] == "None"           # params are the first run's; nothing clashed
 
 
-def test_two_stores_keep_their_own_checkpoints_and_both_resume(tmp_path, store):
+def test_two_stores_keep_their_own_checkpoints_and_both_resume(tmp_path, store, new_store):
     """Running a config against another store (a shell with MLFLOW_TRACKING_URI set) never touches the
     first store's checkpoint: each store's unfinished run resumes in it, each finished run is reused in
     its own store. A store that lost the run (replaced, or the run deleted) starts over, saying so."""
     said = []
-    other = f"sqlite:///{tmp_path / 'other.db'}"
+    other = new_store(tmp_path / "other.db")
     a = run(cfg_in(tmp_path, "stores", store), stop_after=0)
     b = run(cfg_in(tmp_path, "stores", other), stop_after=0, announce=said.append)
     assert a.checkpoint != b.checkpoint and not any("starting over" in s for s in said)
@@ -139,10 +139,10 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_or_says_how_to_star
         run(cfg_in(tmp_path / "b", "corrupt", store))
 
 
-def test_sigterm_marks_the_run_killed_and_meta_training_resumes_to_the_same_result(tmp_path):
+def test_sigterm_marks_the_run_killed_and_meta_training_resumes_to_the_same_result(tmp_path, new_store):
     """SIGTERM during meta-training (after its first checkpoint): exit 143, run KILLED; the next start
     resumes meta-training from its checkpoint and ends with the same R as an uninterrupted run."""
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    uri = new_store(tmp_path / "mlruns.db")
     args = [sys.executable, "-m", "experiments.cli", "run", os.path.join(ROOT, "experiments/configs/icr_frozen.yaml"),
             "model.d_model=32", "model.n_heads=2", "meta_train.steps=40", "meta_train.checkpoint_every=10",
             "stream.options.train_episodes=16", f"tracking.tracking_uri={uri}"]

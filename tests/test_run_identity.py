@@ -50,7 +50,7 @@ ZERO_THE_OUTPUT = textwrap.dedent("""
 """)
 
 
-def test_editing_a_plugin_makes_a_new_run_not_a_reused_one(tmp_path):
+def test_editing_a_plugin_makes_a_new_run_not_a_reused_one(tmp_path, new_store):
     """The documented way to extend ovq-cl (tests/plugins/extension.py, copied as a user's package): after
     the plugin's code changed, the same command runs again (one line says the code changed) and gets the
     new result; before the change, the same command reuses the finished run."""
@@ -62,7 +62,7 @@ def test_editing_a_plugin_makes_a_new_run_not_a_reused_one(tmp_path):
     (tmp_path / "cfg.yaml").write_text(CONFIG)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     args = [sys.executable, "-m", "experiments.cli", "run", "cfg.yaml",
-            f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlruns.db'}"]
+            f"tracking.tracking_uri={new_store(tmp_path / 'mlruns.db')}"]
     first = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr[-2000:]
     again = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
@@ -88,9 +88,9 @@ def test_the_shared_meta_training_key_has_the_plugins_source(tmp_path, monkeypat
     assert meta_cache.meta_key(cfg, None) != before
 
 
-def test_a_reused_meta_training_and_a_moved_checkpoint_folder_are_each_said_in_one_line(tmp_path, monkeypatch):
+def test_a_reused_meta_training_and_a_moved_checkpoint_folder_are_each_said_in_one_line(tmp_path, monkeypatch, new_store):
     monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    uri = new_store(tmp_path / "mlruns.db")
 
     def cfg(folder, **extra):
         return run_config({**TINY, "tracking": {"experiment": "said", "tracking_uri": uri},
@@ -108,14 +108,14 @@ def test_a_reused_meta_training_and_a_moved_checkpoint_folder_are_each_said_in_o
                for s in said[n:])
 
 
-def test_compare_counts_one_seed_once_and_shows_code_versions_apart(tmp_path, monkeypatch, capsys):
+def test_compare_counts_one_seed_once_and_shows_code_versions_apart(tmp_path, monkeypatch, capsys, new_store):
     """Runs repeated by --rerun are one seed; runs of one configuration made by different code are not
     pooled: both said on stderr, the table counts what is left."""
     import experiments.runner as runner
     from experiments.cli import main
 
     monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    uri = new_store(tmp_path / "mlruns.db")
 
     def cfg(seed):
         return run_config({**TINY, "seed": seed, "tracking": {"experiment": "dups", "tracking_uri": uri},

@@ -26,14 +26,14 @@ def test_a_joint_axis_changes_its_keys_together():
         parse_grid(["a&b&c=1&2"])
 
 
-def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch):
+def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch, new_store):
     """Seeds of model and data vary together by default; the two runs are replicates of one
     configuration, whether read from the RunResults, their JSON records or the MLflow store."""
     import json
 
     from experiments.tracking import runs_table
 
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    uri = new_store(tmp_path / "mlruns.db")
     monkeypatch.chdir(tmp_path)
     base = {**TINY, "tracking": {"tracking_uri": uri, "experiment": "sweep-test"},
             "checkpoint": {"dir": str(tmp_path / "ckpt")},
