@@ -6,13 +6,14 @@ options are validated by that stream's config (``streams.icr.ICRConfig`` etc.).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ovq_cl.base import load_plugins, validate
@@ -135,7 +136,6 @@ class RunConfig:
         """A validated copy with every option filled in (a ValueError naming the first bad key): mixers,
         stream, strategy, the checkpoint folder. This config is left as it is. Nothing runs before this
         passes."""
-        import copy
         import dataclasses as dc
 
         cfg = copy.deepcopy(self)
@@ -271,7 +271,9 @@ class RunConfig:
         return None if seed is None else int(seed)
 
     def to_dict(self) -> Dict[str, Any]:
-        return OmegaConf.to_container(OmegaConf.structured(self), resolve=True)
+        """Every option as plain Python (dicts, lists, scalars): what ``OmegaConf.to_container`` of the
+        structured config gives, without building one (see :func:`plain_dict`)."""
+        return plain_dict(self)
 
     def identity(self) -> str:
         """A short hash of everything that changes the results (not tracking, checkpoints, progress)."""
@@ -305,6 +307,26 @@ class RunConfig:
     def label(self) -> str:
         layers = "+".join(self.model.layers)
         return f"{self.stream.name}-{layers}-{self.strategy.name}-{self.memory.policy}-s{self.seed}"
+
+
+def plain_dict(cfg: Any) -> Any:
+    """A validated config (a dataclass, with dict, list and tuple values) as plain dicts, lists and scalars:
+    equal, and equal in JSON, to ``OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)`` for
+    every config a study makes (tests/test_config_dict.py checks), ~50x faster. Run identities hash this,
+    and a run calls it several times (a study's smoke test spent a tenth of its time in OmegaConf here).
+    Tuples become lists, as OmegaConf makes them; a value of another type is refused, since OmegaConf
+    could convert it in a way this does not."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: plain_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, dict):
+        return {key: plain_dict(value) for key, value in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [plain_dict(value) for value in cfg]
+    if cfg is None or isinstance(cfg, (bool, int, float, str)):
+        return cfg
+    raise TypeError(f"config value {cfg!r} of type {type(cfg).__name__}: not a plain config value")
 
 
 def _require(ok: bool, key: str, allowed: str, got: Any) -> None:
@@ -341,18 +363,53 @@ def parse_overrides(overrides: Sequence[str]):
     """``["model.layers=[full]", "seed=3"]`` as one DictConfig; each item is ``KEY=VALUE`` (VALUE in YAML,
     KEY dotted without empty parts). A malformed item is one line naming it and what is wrong (YAML's
     own error is a multi-line traceback)."""
-    parsed = []
-    for item in overrides:
-        key, equals, _ = str(item).partition("=")
-        if not equals or not key.strip() or any(not part.strip() for part in key.split(".")):
-            raise ValueError(f"override {item!r}: expected KEY=VALUE with a dotted KEY, e.g. model.layers=[ovq]")
-        try:
-            parsed.append(OmegaConf.from_dotlist([str(item)]))
-        except Exception as err:  # noqa: BLE001 - yaml's and omegaconf's errors: one line naming the item
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise ValueError(f"override {item!r}: its value is not valid YAML ({problem}; quote the whole "
-                             "item for the shell, e.g. 'model.layers=[ovq, full]')") from err
+    parsed = [_override(item) for item in overrides]
     return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
+
+
+#: what an override string and a config file (by path, modification time and size) parse to, as plain
+#: values: a sweep builds hundreds of configs from one file and a few dozen distinct overrides, and
+#: omegaconf takes ~10 ms to read either. Copied out, so callers never share one; bounded.
+_PARSED: Dict[Any, Any] = {}
+_PARSED_MAX = 1024
+
+
+def _kept(key: Any, make):
+    if key not in _PARSED:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = make()
+    return copy.deepcopy(_PARSED[key])
+
+
+def _override(item: str) -> Dict[str, Any]:
+    """One ``KEY=VALUE`` override as nested plain values (``{"model": {"layers": ["full"]}}``)."""
+    key, equals, _ = str(item).partition("=")
+    if not equals or not key.strip() or any(not part.strip() for part in key.split(".")):
+        raise ValueError(f"override {item!r}: expected KEY=VALUE with a dotted KEY, e.g. model.layers=[ovq]")
+    try:
+        return _kept(("override", str(item)),
+                     lambda: OmegaConf.to_container(OmegaConf.from_dotlist([str(item)]), resolve=False))
+    except Exception as err:  # noqa: BLE001 - yaml's and omegaconf's errors: one line naming the item
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"override {item!r}: its value is not valid YAML ({problem}; quote the whole "
+                         "item for the shell, e.g. 'model.layers=[ovq, full]')") from err
+
+
+def _config_file(path: Any) -> Dict[str, Any]:
+    """A YAML config file as plain values, read by omegaconf's loader (its YAML: ``1e-3`` is a float);
+    interpolations are kept as written. Read again whenever the file changes (modification time, size)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"run config file not found: {path}")
+    stat = os.stat(path)
+    try:
+        loaded = _kept(("file", os.path.realpath(path), stat.st_mtime_ns, stat.st_size),
+                       lambda: OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+    except Exception as err:  # noqa: BLE001 - yaml's errors: one message naming the file
+        raise ValueError(f"run config file {path}: not valid YAML ({str(err).splitlines()[0]})") from err
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ValueError(f"run config file {path}: expected a mapping of options, got {type(loaded).__name__}")
+    return loaded
 
 
 def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins: Sequence[str] = ()) -> RunConfig:
@@ -361,14 +418,9 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins:
     module named is imported before validation, so user mixers, streams, strategies and metrics
     validate like built-in ones."""
     if isinstance(user, (str, os.PathLike)):
-        if not os.path.exists(user):
-            raise FileNotFoundError(f"run config file not found: {user}")
-        try:
-            user = OmegaConf.load(user)
-        except Exception as err:  # noqa: BLE001 - yaml's errors: one message naming the file
-            raise ValueError(f"run config file {user}: not valid YAML ({str(err).splitlines()[0]})") from err
+        user = _config_file(user)
     if overrides:
-        user = OmegaConf.merge(OmegaConf.create(user or {}), parse_overrides(overrides))
+        user = OmegaConf.merge(OmegaConf.create(user or {}), *(_override(item) for item in overrides))
     listed = list(user.get("plugins") or []) if user is not None and hasattr(user, "get") else []
     modules = list(dict.fromkeys([*listed, *plugins]))
     load_plugins(modules)
@@ -381,6 +433,10 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins:
         if moved:
             raise ValueError("run config: strategy options live under strategy.options now: "
                              + ", ".join(f"strategy.{k} -> strategy.options.{v}" for k, v in moved.items()))
+    if isinstance(user, DictConfig):
+        # as plain values (interpolations kept as written), so that validating the same options again
+        # (a study validates each sweep's grid, then runs it) is a lookup, not another ~40 ms omegaconf merge
+        user = OmegaConf.to_container(user, resolve=False)
     cfg = validate(RunConfig, user, "run config").check()
     return with_data_seed(cfg)
 

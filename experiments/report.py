@@ -31,7 +31,7 @@ from experiments.intervals import holm
 from experiments.plateau import GAIN_SHARE, PLATEAU_GAIN, last_quarter_gains
 from experiments.plateau import meta_rows as _meta_rows
 from experiments.plateau import steps_to_gain_share as _steps_to_gain_share
-from experiments.study_specs import StudySpec, all_studies
+from experiments.study_specs import StudySpec, all_studies, load_study
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -1078,15 +1078,18 @@ def verdict_section(specs: List[StudySpec], root: Optional[str] = None) -> str:
     return "\n".join(parts)
 
 
-def write_report(path: Optional[str] = None, root: Optional[str] = None) -> str:
+def write_report(path: Optional[str] = None, root: Optional[str] = None, only: Optional[str] = None) -> str:
     """RESULTS.md: the header, the paper's claims, the verdict table, then every study's section, from
-    the JSON under ``root`` (default: the project)."""
+    the JSON under ``root`` (default: the project). ``only``: one study's section alone (the claims and
+    the verdict table still read every study), as a smoke run writes it: a section draws its figures, and
+    a smoke folder that collects many studies' tiny results would draw them all again for each study."""
     from experiments.claims import claims_section
 
     path = path or os.path.join(PROJECT_DIR, "RESULTS.md")
     specs = all_studies()
+    shown = specs if only is None else [load_study(only)]
     text = (HEADER + "\n" + claims_section(root or PROJECT_DIR) + "\n" + verdict_section(specs, root) + "\n"
-            + "\n".join(section(s, root) for s in specs))
+            + "\n".join(section(s, root) for s in shown))
     with open(path, "w") as fh:
         fh.write(text.rstrip() + "\n")
     return path

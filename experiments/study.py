@@ -213,5 +213,8 @@ def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[st
             print(f"study {name}: {command!r} exited with {code}")
             return code
     print(f"study {name}: {time.perf_counter() - started:.0f} s wall", flush=True)
-    write_report(os.path.join(smoke, "RESULTS.md") if smoke else None, root=smoke)
+    if smoke:
+        write_report(os.path.join(smoke, "RESULTS.md"), root=smoke, only=name)
+    else:
+        write_report()
     return 0

@@ -23,6 +23,9 @@ def test_each_study_command_runs_on_tiny_sizes(name, smoke_root, monkeypatch):
     assert main(["study", name, "--smoke", smoke_root]) == 0
     text = open(os.path.join(smoke_root, "RESULTS.md")).read()
     assert f"## {spec.title}" in text
+    # its own section alone: the folder holds other studies' tiny runs, whose figures are not drawn again
+    others = [study_specs.load_study(n).title for n in STUDIES if n != name]
+    assert not any(f"## {title}" in text for title in others)
     repeats = set(study.smoke_repeats(spec))
     runs = [c for i, c in enumerate(spec.commands) if c.startswith("ovq-cl sweep") and i not in repeats]
     if runs:

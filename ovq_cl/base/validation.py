@@ -54,9 +54,16 @@ def validate(schema: type, user: Any, what: str = "config"):
     return result
 
 
+#: each schema's defaults as a structured config, built once: ``OmegaConf.merge`` copies its first argument
+#: and never changes it, and building one takes as long as the merge itself
+_STRUCTURED: Dict[type, DictConfig] = {}
+
+
 def _merge(schema: type, user: Any, what: str):
     try:
-        base = OmegaConf.structured(schema)
+        if schema not in _STRUCTURED:
+            _STRUCTURED[schema] = OmegaConf.structured(schema)
+        base = _STRUCTURED[schema]
         if user is not None:
             if not isinstance(user, (DictConfig, dict)) and not dataclasses.is_dataclass(user):
                 raise ValueError(f"{what}: expected a mapping, got {type(user).__name__}")
