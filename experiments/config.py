@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -398,13 +399,15 @@ def _override(item: str) -> Dict[str, Any]:
 
 def _config_file(path: Any) -> Dict[str, Any]:
     """A YAML config file as plain values, read by omegaconf's loader (its YAML: ``1e-3`` is a float);
-    interpolations are kept as written. Read again whenever the file changes (modification time, size)."""
+    interpolations are kept as written. Kept by content (read each time: a file rewritten within the
+    clock's tick at the same size is still read anew)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"run config file not found: {path}")
-    stat = os.stat(path)
+    with open(path, "rb") as fh:
+        content = fh.read()
     try:
-        loaded = _kept(("file", os.path.realpath(path), stat.st_mtime_ns, stat.st_size),
-                       lambda: OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+        loaded = _kept(("file", hashlib.sha256(content).hexdigest()),
+                       lambda: OmegaConf.to_container(OmegaConf.load(io.StringIO(content.decode("utf-8"))), resolve=False))
     except Exception as err:  # noqa: BLE001 - yaml's errors: one message naming the file
         raise ValueError(f"run config file {path}: not valid YAML ({str(err).splitlines()[0]})") from err
     if loaded is not None and not isinstance(loaded, dict):

@@ -53,3 +53,24 @@ def test_kept_results_equal_omegaconfs_for_every_mixer_and_values_it_cannot_key_
     before = len(validation._VALIDATED)
     assert validate(Schema, OmegaConf.create({"n": 7})).n == 7          # a DictConfig: validated, not kept
     assert len(validation._VALIDATED) == before
+
+
+def test_a_config_file_and_overrides_are_parsed_once_yet_an_edit_is_always_read(tmp_path):
+    """run_config keeps what a file and an override parse to (a sweep reads one file hundreds of times):
+    kept by content, so a file rewritten within the clock's tick at the same size is read anew; a config
+    never shares a value with another; a bad override is said every time."""
+    from experiments.config import run_config
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text("seed: 1\nstream: {name: icr, options: {n_experiences: 3}}\n")
+    first = run_config(str(path), ["model.layers=[full]"])
+    path.write_text("seed: 2\nstream: {name: icr, options: {n_experiences: 3}}\n")      # same size, at once
+    second = run_config(str(path), ["model.layers=[full]"])
+    assert (first.seed, second.seed) == (1, 2) and second.model.layers == ["full"]
+    second.stream.options["n_experiences"] = 99
+    second.model.layers.append("ovq")
+    third = run_config(str(path), ["model.layers=[full]"])
+    assert third.stream.options["n_experiences"] == 3 and third.model.layers == ["full"]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="its value is not valid YAML"):
+            run_config(str(path), ["model.layers=[full"])
