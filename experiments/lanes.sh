@@ -4,7 +4,9 @@
 # .venv; this checkout for "-"), and merges each finished piece's record into the study's file here
 # (`ovq-cl merge`), so that a finished run is kept the moment it ends. Start it twice on one queue for
 # two lanes: a line is claimed under a lock, once. Lines may be added or reordered while lanes run.
-#   usage: experiments/lanes.sh QUEUE            (logs: QUEUE.log, one per run: QUEUE.<n>.log)
+#   usage: experiments/lanes.sh QUEUE [UNTIL]    (logs: QUEUE.log, one per run: QUEUE.<n>.log)
+# UNTIL (any time `date -d` reads, e.g. 17:20 or "+90 min"): claim no line after it; the run in flight
+# finishes. For a session that ends at a known time: a run started too late would be lost with it.
 # A queue line: COMMIT<TAB>STUDY_FILE<TAB>PIECE_FILE<TAB>COMMAND (what `ovq-cl pieces` prints).
 set -u
 queue=$(realpath "$1")
@@ -16,9 +18,16 @@ if [ -n "$missing" ]; then
   for c in $missing; do echo "lanes: no checkout of $c: git worktree add ../ovq-cl-$c $c && make -C ../ovq-cl-$c install"; done
   exit 2
 fi
+until=""
+if [ -n "${2:-}" ]; then
+  until=$(date -d "$2" +%s 2>/dev/null) || { echo "lanes: UNTIL $2: not a time date -d reads (e.g. 17:20, '+90 min')"; exit 2; }
+fi
 touch "$queue.claimed"
 n=0
 while true; do
+  if [ -n "$until" ] && [ "$(date +%s)" -ge "$until" ]; then
+    echo "$(date -u +%FT%TZ) lane $$: past $2, claiming nothing more" >> "$queue.log"; exit 0
+  fi
   line=$(flock "$queue.lock" bash -c '
     while IFS= read -r l; do
       case "$l" in ""|"#"*) continue;; esac

@@ -132,6 +132,19 @@ def test_two_lanes_run_every_line_once_and_merge_each_record(tmp_path):
     assert "end rc=3" in (tmp_path / "queue.txt.log").read_text()
 
 
+@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
+def test_a_lane_past_its_until_time_claims_nothing_and_a_bad_time_is_refused(tmp_path):
+    queue = tmp_path / "queue.txt"
+    queue.write_text("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / "p.json"), f"touch {tmp_path / 'ran'}"]) + "\n")
+    late = subprocess.run(["bash", LANES, str(queue), "-1 minute"], capture_output=True, text=True, cwd=ROOT)
+    assert late.returncode == 0 and not (tmp_path / "ran").exists()
+    assert "claiming nothing more" in (tmp_path / "queue.txt.log").read_text()
+    bad = subprocess.run(["bash", LANES, str(queue), "half past never"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "not a time" in bad.stdout
+    on_time = subprocess.run(["bash", LANES, str(queue), "+1 hour"], capture_output=True, text=True, cwd=ROOT)
+    assert on_time.returncode == 0 and (tmp_path / "ran").exists()
+
+
 def test_a_lane_refuses_a_queue_whose_checkout_is_missing(tmp_path):
     queue = tmp_path / "queue.txt"
     queue.write_text("0000000\tresults/x.json\tresults/x__a.json\tovq-cl sweep x\n")
