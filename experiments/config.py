@@ -368,7 +368,7 @@ def parse_overrides(overrides: Sequence[str]):
     return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
 
 
-#: what an override string and a config file (by path, modification time and size) parse to, as plain
+#: what an override string and a config file (by its content) parse to, as plain
 #: values: a sweep builds hundreds of configs from one file and a few dozen distinct overrides, and
 #: omegaconf takes ~10 ms to read either. Copied out, so callers never share one; bounded.
 _PARSED: Dict[Any, Any] = {}
@@ -406,8 +406,9 @@ def _config_file(path: Any) -> Dict[str, Any]:
     with open(path, "rb") as fh:
         content = fh.read()
     try:
+        text = content.decode("utf-8")
         loaded = _kept(("file", hashlib.sha256(content).hexdigest()),
-                       lambda: OmegaConf.to_container(OmegaConf.load(io.StringIO(content.decode("utf-8"))), resolve=False))
+                       lambda: OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False))
     except Exception as err:  # noqa: BLE001 - yaml's errors: one message naming the file
         raise ValueError(f"run config file {path}: not valid YAML ({str(err).splitlines()[0]})") from err
     if loaded is not None and not isinstance(loaded, dict):
