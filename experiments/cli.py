@@ -199,6 +199,10 @@ def _dispatch(args, parser) -> int:
         pinned = sorted({p.commit for p in pieces if p.commit})
         say(f"ovq-cl: pieces: {len(pieces)} runs of study {args.name} to run" +
             (f", from commit {', '.join(pinned)} (a checkout of its own, with its own .venv)" if pinned else ""))
+        known = [p.minutes for p in pieces if p.minutes]
+        if known:
+            say(f"ovq-cl: pieces: expected wall time (the longest of each configuration's finished runs): "
+                f"{sum(known) / 60:.1f} h for {len(known)} of them" + (", the others unknown" if len(known) < len(pieces) else ""))
         for study_file in dict.fromkeys(p.study_file for p in pieces):
             say(f"ovq-cl: pieces: as each finishes, here: ovq-cl merge {study_file} <checkout>/<its piece file>")
     elif args.command == "study":

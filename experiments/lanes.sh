@@ -5,8 +5,10 @@
 # (`ovq-cl merge`), so that a finished run is kept the moment it ends. Start it twice on one queue for
 # two lanes: a line is claimed under a lock, once. Lines may be added or reordered while lanes run.
 #   usage: experiments/lanes.sh QUEUE [UNTIL]    (logs: QUEUE.log, one per run: QUEUE.<n>.log)
-# UNTIL (any time `date -d` reads, e.g. 17:20 or "+90 min"): claim no line after it; the run in flight
-# finishes. For a session that ends at a known time: a run started too late would be lost with it.
+# UNTIL (any time `date -d` reads, e.g. 18:10 or "+170 min"): the time the runs must end by (a session's
+# end: a run still going then is lost). A line is claimed only if its expected wall time (the "# ~M min"
+# that `ovq-cl pieces` writes from the study's finished runs) ends before UNTIL, so a lane near the end
+# skips a long run for a short one; a line with no estimate is claimed until UNTIL itself.
 # A queue line: COMMIT<TAB>STUDY_FILE<TAB>PIECE_FILE<TAB>COMMAND (what `ovq-cl pieces` prints).
 set -u
 queue=$(realpath "$1")
@@ -29,11 +31,17 @@ while true; do
     echo "$(date -u +%FT%TZ) lane $$: past $2, claiming nothing more" >> "$queue.log"; exit 0
   fi
   line=$(flock "$queue.lock" bash -c '
+    now=$(date +%s)
     while IFS= read -r l; do
       case "$l" in ""|"#"*) continue;; esac
-      grep -qxF -- "$l" "$1.claimed" || { printf "%s\n" "$l" >> "$1.claimed"; printf "%s" "$l"; break; }
-    done < "$1"' _ "$queue")
-  [ -z "$line" ] && { echo "$(date -u +%FT%TZ) lane $$: queue done" >> "$queue.log"; exit 0; }
+      grep -qxF -- "$l" "$1.claimed" && continue
+      if [ -n "$2" ]; then
+        minutes=$(printf "%s" "$l" | sed -n "s/.*# ~\([0-9][0-9]*\) min$/\1/p")
+        [ -n "$minutes" ] && [ $((now + minutes * 60)) -gt "$2" ] && continue    # would not end in time
+      fi
+      printf "%s\n" "$l" >> "$1.claimed"; printf "%s" "$l"; break
+    done < "$1"' _ "$queue" "$until")
+  [ -z "$line" ] && { echo "$(date -u +%FT%TZ) lane $$: queue done${until:+ (or nothing left ends before $2)}" >> "$queue.log"; exit 0; }
   IFS=$'\t' read -r commit study_file piece_file command <<< "$line"
   dir=$here; [ "$commit" != "-" ] && dir=$here/../ovq-cl-$commit
   n=$((n + 1)); log="$queue.$$.$n.log"

@@ -45,11 +45,42 @@ class Piece:
     piece_file: str
     code: Optional[str] = None
     commit: Optional[str] = None
+    minutes: Optional[int] = None       # its expected wall time (:func:`expected_minutes`), None when unknown
 
     def line(self) -> str:
-        """``COMMIT<TAB>STUDY_FILE<TAB>PIECE_FILE<TAB>ovq-cl sweep ...`` (``-`` for an unpinned sweep): a
-        line of the queue ``experiments/lanes.sh`` runs."""
-        return "\t".join([self.commit or "-", self.study_file, self.piece_file, shlex.join(["ovq-cl", *self.argv])])
+        """``COMMIT<TAB>STUDY_FILE<TAB>PIECE_FILE<TAB>ovq-cl sweep ... # ~M min`` (``-`` for an unpinned
+        sweep; the comment when its wall time can be expected): a line of the queue ``experiments/lanes.sh``
+        runs. The estimate is a shell comment, so the command runs as it is and a lane that reads no
+        estimate runs the line all the same."""
+        command = shlex.join(["ovq-cl", *self.argv]) + (f"  # ~{self.minutes} min" if self.minutes else "")
+        return "\t".join([self.commit or "-", self.study_file, self.piece_file, command])
+
+
+def expected_minutes(records: List[dict], label: str, wanted: Dict[str, str]) -> Optional[int]:
+    """The longest wall time (minutes, rounded up) of the finished runs of the same configuration but for
+    its seeds (the label but its seed, every value of ``wanted``, flattened params as strings, but the seed keys); else the longest of
+    the runs of the same label but its seed (the same mixers and stream, another recipe); None when no
+    record says. The longest, not the mean: a run cut off by a session's end is lost whole, and a run
+    that meta-trains alone takes longer than one that finds its meta-training shared."""
+    import math
+    import re
+
+    from experiments.config import SEED_KEYS
+    from experiments.tracking.params import flatten_config
+
+    def unseeded(text: str) -> str:
+        return re.sub(r"-s\d+$", "", text)
+
+    same_mixers, same_config = [], []
+    for d in records:
+        if not isinstance(d, dict) or d.get("wall_seconds") is None or unseeded(str(d.get("label"))) != unseeded(label):
+            continue
+        same_mixers.append(float(d["wall_seconds"]))
+        params = flatten_config(d["params"]) if isinstance(d.get("params"), dict) else {}
+        if all(params.get(k) == v for k, v in wanted.items() if k not in SEED_KEYS):
+            same_config.append(float(d["wall_seconds"]))
+    walls = same_config or same_mixers
+    return math.ceil(max(walls) / 60) if walls else None
 
 
 def _held(records: List[dict], label: str, wanted: Dict[str, str], code: Optional[str]) -> bool:
@@ -154,5 +185,6 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
                 piece_name = f"{args.name}__{label}__{k}"
             taken.add(_file(args.out, piece_name))
             pieces.append(Piece(argv=tuple(_cut(argv, values, piece_name)), label=label, study_file=study_file,
-                                piece_file=_file(args.out, piece_name), code=code, commit=commit))
+                                piece_file=_file(args.out, piece_name), code=code, commit=commit,
+                                minutes=expected_minutes(records, label, wanted)))
     return pieces

@@ -145,6 +145,37 @@ def test_a_lane_past_its_until_time_claims_nothing_and_a_bad_time_is_refused(tmp
     assert on_time.returncode == 0 and (tmp_path / "ran").exists()
 
 
+@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
+def test_near_its_until_time_a_lane_skips_a_run_that_would_not_end_for_one_that_would(tmp_path):
+    def line(name, minutes):
+        return "\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"{name}.json"),
+                          f"echo {name} >> {tmp_path / 'ran.txt'}" + (f"  # ~{minutes} min" if minutes else "")])
+
+    queue = tmp_path / "queue.txt"
+    queue.write_text("\n".join([line("long", 120), line("short", 1), line("unknown", None), line("also_long", 45)]) + "\n")
+    lane = subprocess.run(["bash", LANES, str(queue), "+30 min"], capture_output=True, text=True, cwd=ROOT)
+    assert lane.returncode == 0
+    assert (tmp_path / "ran.txt").read_text().split() == ["short", "unknown"]       # in queue order, each once
+    assert "nothing left ends before +30 min" in (tmp_path / "queue.txt.log").read_text()
+    assert "long" not in (tmp_path / "queue.txt.claimed").read_text()           # left for a later lane
+
+
+def test_a_piece_expects_the_longest_wall_time_of_its_configuration_and_writes_it_as_a_comment():
+    from experiments.pieces import Piece, expected_minutes
+
+    def record(seed, lr, wall):
+        return {"label": f"icr-ovq-frozen-persist-s{seed}", "wall_seconds": wall,
+                "params": {"seed": seed, "meta_train": {"lr": lr}}}
+
+    records = [record(0, 0.001, 600), record(1, 0.001, 3001), record(0, 0.003, 9000), {"label": "x", "wall_seconds": 5}]
+    assert expected_minutes(records, "icr-ovq-frozen-persist-s7", {"seed": "7", "meta_train.lr": "0.001"}) == 51
+    assert expected_minutes(records, "icr-ovq-frozen-persist-s7", {"seed": "7", "meta_train.lr": "0.01"}) == 150   # another recipe
+    assert expected_minutes(records, "icr-full-frozen-persist-s7", {"seed": "7"}) is None
+    piece = Piece(argv=("sweep", "c.yaml", "--name", "n"), label="l", study_file="s.json", piece_file="p.json", minutes=51)
+    assert piece.line().split("\t") == ["-", "s.json", "p.json", "ovq-cl sweep c.yaml --name n  # ~51 min"]
+    assert Piece(argv=("sweep",), label="l", study_file="s", piece_file="p").line().endswith("ovq-cl sweep")
+
+
 def test_a_lane_refuses_a_queue_whose_checkout_is_missing(tmp_path):
     queue = tmp_path / "queue.txt"
     queue.write_text("0000000\tresults/x.json\tresults/x__a.json\tovq-cl sweep x\n")
