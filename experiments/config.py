@@ -360,14 +360,6 @@ def check_writable(folder: str, what: str) -> str:
     return folder
 
 
-def parse_overrides(overrides: Sequence[str]):
-    """``["model.layers=[full]", "seed=3"]`` as one DictConfig; each item is ``KEY=VALUE`` (VALUE in YAML,
-    KEY dotted without empty parts). A malformed item is one line naming it and what is wrong (YAML's
-    own error is a multi-line traceback)."""
-    parsed = [_override(item) for item in overrides]
-    return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
-
-
 #: what an override string and a config file (by its content) parse to, as plain
 #: values: a sweep builds hundreds of configs from one file and a few dozen distinct overrides, and
 #: omegaconf takes ~10 ms to read either. Copied out, so callers never share one; bounded.

@@ -58,10 +58,10 @@ class Piece:
 
 def expected_minutes(records: List[dict], label: str, wanted: Dict[str, str]) -> Optional[int]:
     """The longest wall time (minutes, rounded up) of the finished runs of the same configuration but for
-    its seeds (the label but its seed, every value of ``wanted``, flattened params as strings, but the seed keys); else the longest of
-    the runs of the same label but its seed (the same mixers and stream, another recipe); None when no
-    record says. The longest, not the mean: a run cut off by a session's end is lost whole, and a run
-    that meta-trains alone takes longer than one that finds its meta-training shared."""
+    its seeds (the label but its seed; every value of ``wanted``, flattened params as strings, but the
+    seed keys); else the longest of the runs of the same label but its seed (the same mixers and stream,
+    another recipe); None when no record says. The longest, not the mean: on a machine wiped at a stop a
+    run cut off is lost whole, and a run that meta-trains alone takes longer than one that shares it."""
     import math
     import re
 
