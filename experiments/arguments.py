@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     pieces_p.add_argument("--order", choices=("sweep", "seed-outer"), default="sweep",
                           help="sweep: each sweep's grid order; seed-outer: the seed axes vary slowest (pairs complete early)")
     pieces_p.add_argument("--all", action="store_true", help="every run, also those the results hold")
+    pieces_p.add_argument("--check", default=None, metavar="DIR",
+                          help="print no queue: run one piece of each configuration on tiny sizes (as study --smoke), "
+                               "from its pinned checkout, everything written under DIR; exit 1 if any fails")
     study_p = sub.add_parser("study", help="run a study of experiments/studies/ (its sweeps), then rewrite RESULTS.md")
     study_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
     study_p.add_argument("--smoke", default=None, metavar="DIR",

@@ -193,7 +193,16 @@ def _dispatch(args, parser) -> int:
         from experiments.report import PROJECT_DIR
         from experiments.study_specs import load_study
 
-        pieces = study_pieces(load_study(args.name), PROJECT_DIR, order=args.order, include_held=args.all)
+        spec = load_study(args.name)
+        pieces = study_pieces(spec, PROJECT_DIR, order=args.order, include_held=args.all)
+        if args.check:
+            from experiments.pieces import check_pieces
+
+            checks = check_pieces(pieces, spec, PROJECT_DIR, args.check, announce=say)
+            bad = [c for c in checks if not c.ok]
+            say(f"ovq-cl: pieces --check: {len(checks) - len(bad)} of {len(checks)} configurations ran on tiny sizes"
+                f" (of {len(pieces)} runs to run)" + (f"; {len(bad)} failed, logs under {args.check}/logs" if bad else ""))
+            return 1 if bad else 0
         for piece in pieces:
             print(piece.line())
         pinned = sorted({p.commit for p in pieces if p.commit})

@@ -11,6 +11,9 @@ Cutting the axes leaves the base config, the overrides and the axis order as the
 run has the resolved config (``config_id``) that the whole sweep would have given it, and its record
 merges into the study's file as that run (:func:`experiments.sweep.merge_record_files`).
 
+``--check DIR`` (:func:`check_pieces`) runs one piece of each configuration on tiny sizes from its pinned
+checkout first, so that a configuration no smoke run took fails in seconds, not in a lane an hour later.
+
 A run is "held" when a record of any of the study's files (a sweep's runs may have been finished by
 another sweep of the study, e.g. the seeds a crashed sweep left, run under a joint axis), of the code
 version the sweep is pinned to (any version, unpinned), has the run's label (stream, mixers,
@@ -188,3 +191,121 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
                                 piece_file=_file(args.out, piece_name), code=code, commit=commit,
                                 minutes=expected_minutes(records, label, wanted)))
     return pieces
+
+
+def _unseeded(argv: Sequence[str]) -> Tuple[str, ...]:
+    """``argv`` without its seed axes and its ``--name``: what two pieces that differ only by seed share."""
+    from experiments.study import is_seed_axis
+    from experiments.sweep import parse_grid
+
+    out, i, argv = [], 0, list(argv)
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--grid", "--name"):
+            if a == "--grid" and not is_seed_axis(next(iter(parse_grid([argv[i + 1]])))):
+                out += argv[i:i + 2]
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return tuple(out)
+
+
+def one_per_configuration(pieces: Sequence[Piece]) -> List[Piece]:
+    """The first piece of each configuration (pieces that differ only by their seeds run the same code
+    paths at tiny sizes), in the pieces' order."""
+    first: Dict[Tuple, Piece] = {}
+    for p in pieces:
+        first.setdefault((p.commit, _unseeded(p.argv)), p)
+    return list(first.values())
+
+
+@dataclass(frozen=True)
+class Check:
+    """A piece run on tiny sizes: its exit status (0: ran end to end), wall seconds, its log file and, when
+    it failed, the log's last line."""
+
+    piece: Piece
+    returncode: int
+    seconds: float
+    log: str
+    last_line: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def checkout_of(piece: Piece, project_dir: str) -> str:
+    """The folder a piece runs in: ``../ovq-cl-COMMIT`` beside the project for a pinned piece (what
+    ``experiments/lanes.sh`` uses), the project itself for an unpinned one."""
+    if piece.commit is None:
+        return project_dir
+    return os.path.normpath(os.path.join(project_dir, "..", f"ovq-cl-{piece.commit}"))
+
+
+def smoke_overrides_of(checkout: str) -> Tuple[str, ...]:
+    """The tiny sizes the code of a checkout makes its smoke runs with (its ``SMOKE_OVERRIDES``): a frozen
+    commit may predate a key this code sets (e.g. a probe added since), which its config would refuse."""
+    import subprocess
+
+    from experiments.study import SMOKE_OVERRIDES
+
+    python = os.path.join(checkout, ".venv", "bin", "python")
+    read = "import json; from experiments.study import SMOKE_OVERRIDES as o; print(json.dumps(list(o)))"
+    out = subprocess.run([python, "-c", read], cwd=checkout, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ValueError(f"pieces --check: cannot read the smoke sizes of the code in {checkout}: "
+                         f"{(out.stderr.strip().splitlines() or ['(no output)'])[-1]}")
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1])) if out.stdout.strip() else SMOKE_OVERRIDES
+
+
+def check_pieces(pieces: Sequence[Piece], spec: StudySpec, project_dir: str, root: str,
+                 announce=print) -> List[Check]:
+    """Runs one piece of each configuration (:func:`one_per_configuration`) on tiny sizes, as ``ovq-cl
+    study --smoke`` makes a command tiny (:func:`experiments.study.smoke_command`), from the checkout it is
+    pinned to (its own ``.venv``; the code that will make its real run), one thread, everything written
+    under ``root`` (logs in ``root/logs``), at the tiny sizes that checkout's own smoke runs use
+    (:func:`smoke_overrides_of`) and the study spec's ``smoke`` overrides. A study's smoke test runs only the first value of each grid
+    axis, with this code; this runs every configuration still to run, with the code that will run it, so
+    that a path no smoke run took (another mixer on that stream, a probe only it meets) fails in seconds
+    here rather than after an hour of meta-training in a lane.
+
+    Before anything runs, a pinned piece whose checkout (or its ``.venv``) is missing is a ValueError."""
+    import subprocess
+    import sys
+    import time
+
+    from experiments.study import smoke_command
+
+    chosen = one_per_configuration(pieces)
+    for p in chosen:
+        checkout = checkout_of(p, project_dir)
+        if p.commit is not None and not os.access(os.path.join(checkout, ".venv", "bin", "ovq-cl"), os.X_OK):
+            raise ValueError(f"pieces --check: no checkout of {p.commit} with its .venv at {checkout}: "
+                             f"git worktree add ../ovq-cl-{p.commit} {p.commit} && make -C ../ovq-cl-{p.commit} install")
+    from experiments.study import SMOKE_OVERRIDES
+
+    sizes = {p.commit: (smoke_overrides_of(checkout_of(p, project_dir)) if p.commit is not None else SMOKE_OVERRIDES)
+             for p in chosen}
+    root = os.path.abspath(root)
+    os.makedirs(os.path.join(root, "logs"), exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    checks = []
+    for p in chosen:
+        checkout = checkout_of(p, project_dir)
+        program = ([os.path.join(checkout, ".venv", "bin", "ovq-cl")] if p.commit is not None
+                   else [sys.executable, "-m", "experiments.cli"])
+        argv = smoke_command(list(p.argv), spec, root, overrides=sizes[p.commit])
+        log = os.path.join(root, "logs", os.path.basename(p.piece_file)[:-len(".json")] + ".log")
+        start = time.monotonic()
+        with open(log, "w") as fh:
+            rc = subprocess.run([*program, *argv], cwd=checkout, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+        lines = [line.strip() for line in open(log, errors="replace") if line.strip()]
+        check = Check(piece=p, returncode=rc, seconds=time.monotonic() - start, log=log,
+                      last_line="" if rc == 0 else (lines[-1] if lines else "(no output)"))
+        where = f" [{p.commit}]" if p.commit else ""
+        announce(f"ovq-cl: pieces --check: ok ({check.seconds:.0f} s) {p.label}{where}" if check.ok else
+                 f"ovq-cl: pieces --check: FAILED (exit {rc}, {check.seconds:.0f} s) {p.label}{where}: {check.last_line} (log: {log})")
+        checks.append(check)
+    return checks

@@ -22,17 +22,18 @@ SMOKE_OVERRIDES = ("meta_train.steps=2", "meta_train.batch_size=4", "gate.episod
 
 
 def smoke_command(argv: List[str], spec: StudySpec, root: str,
-                  cut: Callable[[str, list], list] = lambda key, values: values[:1]) -> List[str]:
+                  cut: Callable[[str, list], list] = lambda key, values: values[:1],
+                  overrides: Sequence[str] = SMOKE_OVERRIDES) -> List[str]:
     """A study command made tiny for ``--smoke``: every ``--grid`` axis cut to its first value (``cut``:
     another choice, e.g. only the seed axes), the
     spec's ``smoke`` overrides (and its ``smoke_by_config`` ones for the command's config file) and
-    :data:`SMOKE_OVERRIDES` added, its JSON, runs, checkpoints and MLflow
+    :data:`SMOKE_OVERRIDES` (``overrides``: those of the code that will run it) added, its JSON, runs, checkpoints and MLflow
     store under ``root``. It checks that the command parses, every config validates and runs, and the
     report reads what it wrote; it says nothing about the numbers."""
     from experiments.sweep import parse_grid
 
     config = argv[1] if len(argv) > 1 and argv[0] == "sweep" else None
-    extra = [*SMOKE_OVERRIDES, *spec.smoke, *spec.smoke_by_config.get(config, []), f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
+    extra = [*overrides, *spec.smoke, *spec.smoke_by_config.get(config, []), f"tracking.tracking_uri=sqlite:///{os.path.join(root, 'mlruns.db')}",
              f"checkpoint.dir={os.path.join(root, 'checkpoints')}", f"output_dir={root}"]
     # a grid value is applied after the overrides, so a key the smoke sets is taken out of the axes (e.g. a
     # recipe axis that sets meta_train.steps would otherwise run its full budget on tiny data)

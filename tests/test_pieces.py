@@ -204,3 +204,67 @@ def test_the_command_prints_a_queue_line_per_missing_run(tmp_path, capsys):
     assert len(lines) == 4 and all(len(line.split("\t")) == 4 for line in lines)
     assert [line.split("\t")[2] for line in lines][:2] == [
         "results/tiny_cli_unwritten__icr-ovq-frozen-persist-s0.json", "results/tiny_cli_unwritten__icr-full-frozen-persist-s0.json"]
+
+
+def test_one_piece_per_configuration_sets_the_seeds_aside():
+    from experiments.pieces import Piece, one_per_configuration
+
+    def piece(mixer, seed, commit="1234567"):
+        argv = ("sweep", CONFIG, "--grid", f"model.layers=[{mixer}]", "--grid", f"seed={seed}", "--name", f"t__{mixer}{seed}")
+        return Piece(argv=argv, label=f"{mixer}-s{seed}", study_file="s.json", piece_file=f"{mixer}{seed}.json", commit=commit)
+
+    pieces = [piece("ovq", 1), piece("full", 1), piece("ovq", 2), piece("full", 2), piece("ovq", 2, commit="7654321")]
+    assert [p.piece_file for p in one_per_configuration(pieces)] == ["ovq1.json", "full1.json", "ovq2.json"]
+
+
+def _fake_checkout(tmp_path, commit):
+    """A pinned checkout whose ovq-cl records where and how it ran, and fails (one line, exit 3) for full;
+    its python says its code's smoke sizes."""
+    bin_dir = tmp_path / f"ovq-cl-{commit}" / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "ovq-cl"
+    script.write_text("#!/usr/bin/env bash\n"
+                      f"echo \"$PWD|$OMP_NUM_THREADS|$*\" >> {tmp_path / 'calls.txt'}\n"
+                      "echo 'some progress'\n"
+                      "case \"$*\" in *'model.layers=[full]'*) echo 'ValueError: full broke here' >&2; exit 3;; esac\n")
+    script.chmod(0o755)
+    # its code's own smoke sizes (experiments.study.SMOKE_OVERRIDES), older than this code's
+    python = bin_dir / "python"
+    python.write_text("#!/usr/bin/env bash\necho '[\"meta_train.steps=3\", \"progress=false\"]'\n")
+    python.chmod(0o755)
+    return tmp_path / f"ovq-cl-{commit}"
+
+
+def test_check_runs_each_configuration_tiny_from_its_pinned_checkout_and_says_what_failed(tmp_path):
+    from experiments.pieces import check_pieces
+
+    project = tmp_path / "project"
+    spec = _study(project, [SWEEP], code={"*": "code-aaaaaa@1234567"})
+    pieces = study_pieces(spec, str(project), order="seed-outer")
+    said = []
+    with pytest.raises(ValueError, match="no checkout of 1234567"):       # before anything runs
+        check_pieces(pieces, spec, str(project), str(tmp_path / "out"), announce=said.append)
+    assert not (tmp_path / "out").exists() and not said
+    checkout = _fake_checkout(tmp_path, "1234567")
+    checks = check_pieces(pieces, spec, str(project), str(tmp_path / "out"), announce=said.append)
+    assert [(c.piece.label, c.ok) for c in checks] == [("icr-ovq-frozen-persist-s0", True), ("icr-full-frozen-persist-s0", False)]
+    assert checks[1].returncode == 3 and checks[1].last_line == "ValueError: full broke here"
+    assert "FAILED (exit 3" in said[1] and "full broke here" in said[1] and said[0].startswith("ovq-cl: pieces --check: ok")
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert len(calls) == 2                                                  # seed 1 of each: not run
+    for call in calls:
+        cwd, threads, argv = call.split("|")
+        assert cwd == str(checkout) and threads == "1"
+        assert "meta_train.steps=3" in argv and "gate.position_episodes" not in argv   # the checkout's sizes, not ours
+        assert f"--out {tmp_path / 'out' / 'results'}" in argv and "seed=0" in argv
+
+
+def test_check_runs_a_piece_end_to_end_with_the_real_command(tmp_path):
+    """An unpinned piece runs in the project with this interpreter: a real tiny run, its JSON under DIR."""
+    from experiments.pieces import check_pieces
+
+    spec = _study(tmp_path, [SWEEP.replace("[ovq];[full]", "[full]").replace("seed=0;1", "seed=0")])
+    (check,) = check_pieces(study_pieces(spec, str(tmp_path)), spec, str(tmp_path), str(tmp_path / "out"), announce=lambda _: None)
+    assert check.ok, open(check.log).read()[-2000:]
+    (record,) = json.loads((tmp_path / "out" / "results" / "tiny__icr-full-frozen-persist-s0.json").read_text())
+    assert str(record["params"]["meta_train.steps"]) == "2" and not os.path.exists(tmp_path / "results" / "tiny.json")
