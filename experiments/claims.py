@@ -37,7 +37,9 @@ reproduced": a comparison that was not made is no evidence). A replicate run twi
 once (the latest).
 
 **Holm families**: a claim's comparisons are adjusted together; claims that share a ``family`` name (a
-study's declared family split over rows, e.g. one per domain) are adjusted as one family. Every
+study's declared family split over rows, e.g. one per domain) are adjusted as one family, each distinct
+test once (two rows may show the same one), with the family's tests that no row shows
+(``family_also``) counted in it. Every
 comparison of a family counts in it, one without a t-test (refused, not measured, too few pairs, zero
 variance) as p = 1, so the data cannot shrink a declared family and turn another comparison's "no
 difference" into "yes". A comparison reads one scoring for all its pairs: against the facts in force
@@ -106,6 +108,8 @@ class Claim:
     seeds: int = 0                              # the declared pairs (runs, for fails_to_learn) per comparison
     note: str = ""                              # a sentence beside the verdict (e.g. the scale difference)
     family: str = ""                            # claims sharing a family name are Holm-adjusted together
+    family_also: List[str] = field(default_factory=list)   # the declared family's tests no row shows (ours
+                                                # against each, on this claim's records and endpoint): in its Holm family
     secondary: List[str] = field(default_factory=list)   # endpoints shown beside each comparison, never read
 
 
@@ -492,14 +496,24 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
     return f"partly ({k} of {n}); {said}" if k else f"not reproduced in the {len(read)} read; {said}"
 
 
+def _test_key(claim: Claim, name: str) -> tuple:
+    """What makes two rows' comparisons one test: the records, the two sides, the endpoint, the selection."""
+    return (tuple(sorted(claim.results)), claim.ours, name, claim.endpoint, claim.kind,
+            tuple(sorted((k, tuple(v)) for k, v in claim.select.items())))
+
+
 def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
     """Every claim's comparisons, answers and verdict (module docstring). Holm runs over each family:
     the claims that share a ``family`` name (a study's declared family split over several rows), else the
     claim alone. Every declared comparison of the family counts in it: one without a t-test, and each of
     a member claim's comparisons while it has no runs, as p = 1, so that the data cannot shrink a declared
-    family and turn another comparison's "no difference" into "yes". A family's verdicts wait until every
+    family and turn another comparison's "no difference" into "yes". A test two rows show counts once,
+    and a member's ``family_also`` (the declared family's tests no row shows) counts too. A family's verdicts wait until every
     member has its declared pairs (a member still pending would move the others' adjusted p)."""
     staged = [_comparisons(c, root) for c in claims]
+    # the family's tests no row shows (family_also): made like the shown ones, adjusted with them, never printed
+    unshown = [(_comparisons(replace(c, against=list(c.family_also)), root)[0] if c.family_also else [])
+               for c in claims]
     families: Dict[str, List[int]] = {}
     for i, claim in enumerate(claims):
         if claim.kind in ("more", "as_much"):
@@ -507,13 +521,24 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
     p_holm: Dict[int, float] = {}
     size: Dict[int, int] = {}
     for members in families.values():
-        tested = [m for i in members if staged[i][0] is not None for m in staged[i][0]]
-        placeholders = sum(len(claims[i].against) for i in members if staged[i][0] is None)
-        ps = [1.0 if m.stat is None or math.isnan(m.stat.p_t) else m.stat.p_t for m in tested] + [1.0] * placeholders
-        for m, p in zip(tested, holm(ps)):
-            p_holm[id(m)] = p
+        # one p per distinct test: two rows that show the same comparison (ours against one mixer, on the
+        # same records and endpoint) count it once, as the study declared it once
+        tests: Dict[tuple, float] = {}
+        shown: Dict[tuple, List[_Comparison]] = {}
         for i in members:
-            size[i] = len(ps)
+            names = list(claims[i].against) + list(claims[i].family_also)
+            made = (staged[i][0] or [None] * len(claims[i].against)) + (unshown[i] or [None] * len(claims[i].family_also))
+            for k, (name, m) in enumerate(zip(names, made)):
+                key = _test_key(claims[i], name)
+                tests.setdefault(key, 1.0 if m is None or m.stat is None or math.isnan(m.stat.p_t) else m.stat.p_t)
+                if m is not None and k < len(claims[i].against):
+                    shown.setdefault(key, []).append(m)
+        keys = list(tests)
+        for key, p in zip(keys, holm([tests[k] for k in keys])):
+            for m in shown.get(key, []):
+                p_holm[id(m)] = p
+        for i in members:
+            size[i] = len(keys)
     verdicts: List[ClaimResult] = []
     for i, (claim, (comparisons, metric_or_verdict)) in enumerate(zip(claims, staged)):
         if comparisons is None:

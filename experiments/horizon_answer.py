@@ -70,7 +70,8 @@ class RecipeRow:
     halves: List[Tuple[float, float]]   # per pair: (standard, treatment) half point; inf = beyond the ladder
     final: object                       # PairedComparison of final_average, treatment - standard
     seeds: int = 0                      # the declared pairs a row needs (0: every standard replicate)
-    p_holm: float = math.nan
+    p_holm: float = math.nan            # Holm over the table's rows, those still pending counted at p = 1
+    p_holm_low: float = math.nan        # ... and at p = 0: the two agree once no row of the family is pending
     recipe: Dict[str, str] = field(default_factory=dict)   # what tells the treatments apart: {full key: value}
     params: Dict[str, str] = field(default_factory=dict)   # the treatment's relevant params (as logged)
     awaits: str = ""                    # why the budget rule will replace this row ('' when it will not)
@@ -79,8 +80,10 @@ class RecipeRow:
     @property
     def decided(self) -> bool:
         # every standard replicate has its pair, and at least the declared seeds (a standard whose own
-        # seeds are not all in yet must not decide a row with fewer pairs than declared)
-        return self.n_pairs >= max(2, self.seeds) and self.n_pairs == self.n_standard
+        # seeds are not all in yet must not decide a row with fewer pairs than declared), and every pair
+        # has its final average (a run without one is not a pair the test can read)
+        return (self.n_pairs >= max(2, self.seeds) and self.n_pairs == self.n_standard
+                and self.final.n == self.n_pairs)
 
     @property
     def is_final(self) -> bool:
@@ -116,46 +119,85 @@ class RecipeRow:
         return not self.half_unknown and bool(self.halves) and all(t <= s for s, t in self.halves)
 
     @property
-    def final_direction(self) -> str:
-        if self.final.n >= 2 and math.isnan(self.final.p_t) and self.final.mean_difference != 0:
-            return "no t-test"          # every pair differs by the same amount (paired_comparison makes none)
-        if self.final.n < 2 or math.isnan(self.p_holm) or self.p_holm >= ALPHA:
+    def no_t_test(self) -> bool:
+        """Every pair differs by the same nonzero amount: paired_comparison makes no t-test."""
+        return self.final.n >= 2 and math.isnan(self.final.p_t) and self.final.mean_difference != 0
+
+    def _reading(self, p_holm: float) -> str:
+        if self.final.n < 2 or math.isnan(p_holm) or p_holm >= ALPHA:
             return "no difference"
         return "above" if self.final.mean_difference > 0 else "below"
 
+    def readings(self) -> List[str]:
+        """The final average's possible readings ("above", "below", "no difference") given what is known:
+        one where the adjusted test is known; both sides of an unknown where the row has no t-test ("not
+        below" is then unknown, declared item (v)), or where its Holm p depends on rows of the family still
+        pending (at p = 0 and at p = 1 for them: Holm's adjusted p is monotone in the others' p)."""
+        if self.no_t_test:
+            return ["no difference", "above" if self.final.mean_difference > 0 else "below"]
+        return list(dict.fromkeys([self._reading(self.p_holm_low), self._reading(self.p_holm)]))
+
+    @property
+    def final_direction(self) -> str:
+        """The reading, or "no t-test", or "family pending" while the Holm family can still move it."""
+        if self.no_t_test:
+            return "no t-test"
+        found = self.readings()
+        return found[0] if len(found) == 1 else "family pending"
+
     def answer(self) -> Tuple[str, str]:
-        """(letter, reason); letter '' while pending (pairs missing, or a rerun the budget rule will read
-        instead) or refused."""
+        """(letter, reason); letter '' while pending (pairs missing, a rerun the budget rule will read
+        instead, or a Holm family whose pending rows could change the reading) or refused; '?' when the
+        row has no t-test and the readings it leaves open give different answers. A row whose answer is
+        the same under every reading left open is decided (e.g. (c) for a seed without a half point)."""
         if self.refused:
             return "", f"refused: {self.refused}"
         if not self.decided:
+            if self.n_pairs >= max(2, self.seeds) and self.n_pairs == self.n_standard:
+                return "", f"pending: {self.n_pairs - self.final.n} of its {self.n_pairs} pairs have no final average"
             return "", f"pending ({self.n_pairs} of {max(self.n_standard, self.seeds)} pairs)"
-        letter, reason = self._rule()
+        answers = {}
+        for reading in self.readings():
+            answers.setdefault(self._rule(reading)[0], self._rule(reading))
+        if len(answers) == 1:
+            letter, reason = next(iter(answers.values()))
+        elif self.no_t_test:
+            # "not below" / "did not rise" are what the declared test says; with no test neither is known
+            letter, reason = "?", ("undecided: every pair's final average differs by the same amount "
+                                   f"({self.final.mean_difference:+.3f}), so the declared t-test cannot be made "
+                                   f"(it would be {' or '.join(ANSWERS[k] for k in sorted(answers))})")
+        else:
+            letter, reason = "", (f"pending: its Holm p ({compare._p(self.p_holm_low)} to {compare._p(self.p_holm)}) "
+                                  "depends on rows of the table still pending")
         if self.awaits:
             return "", f"pending: {self.awaits} (so far {ANSWERS.get(letter, 'undecided')})"
         return letter, reason
 
-    def _rule(self) -> Tuple[str, str]:
-        """The declared rule on a row with every pair."""
+    def possible_letters(self) -> set:
+        """The answers this row can still give: its own once decided; the two a no-t-test row leaves
+        open; any while it is pending or refused."""
+        letter, _ = self.answer()
+        if letter == "?":
+            return {self._rule(reading)[0] for reading in self.readings()}
+        return {letter} if letter else {"a", "b", "c"}
+
+    def _rule(self, direction: str) -> Tuple[str, str]:
+        """The declared rule on a row with every pair, the final average read as ``direction``."""
         if self.nothing_to_move:
             return "c", "the standard recipe never halves within the ladder: nothing to move"
-        if self.final_direction == "no t-test":
-            # "not below" / "did not rise" are what the declared test says; with no test neither is known
-            return "?", ("undecided: every pair's final average differs by the same amount "
-                         f"({self.final.mean_difference:+.3f}), so the declared t-test cannot be made")
         if self.half_unknown:
             return "c", "no half point on some seed (no recall of the probe's facts at 0 items, or no curve)"
-        if self.passes_gates and self.half_moved and self.final_direction != "below":
+        if self.passes_gates and self.half_moved and direction != "below":
             return "b", "passes its gates, half point moved on every seed, final average not below"
-        if self.learns_long_task and self.half_still and self.final_direction == "no difference":
+        if self.learns_long_task and self.half_still and direction == "no difference":
             return "a", "learns the long task; neither the half point nor the final average moved"
         if not self.learns_long_task:
             return "c", "does not learn the long task within the budget: rule and training not separated"
         if not (self.half_moved or self.half_still):
             return "c", "the half point moved on some seeds only"
         if self.half_still:
-            return "c", f"the final average {'rose' if self.final_direction == 'above' else 'fell'} without the half point moving"
-        return "c", ("half point moved but the final average fell" if self.final_direction == "below"
+            return "c", f"the final average {'rose' if direction == 'above' else 'fell'} without the half point moving"
+        return "c", ("half point moved but the final average fell" if direction == "below"
                      else "half point moved but not every gate passed")
 
 
@@ -256,10 +298,32 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
                 awaits=_awaits(groups[key], rerun_budget, "it is") or standard_awaits,
                 refused="; ".join(f"pairs a run of {t} with one of {s} (the same code is needed)" for t, s in versions)))
     _name_treatments(rows, by)
-    tested = [i for i, row in enumerate(rows) if row.final.n >= 2 and not math.isnan(row.final.p_t)]
-    for i, p in zip(tested, holm([rows[i].final.p_t for i in tested])):
-        rows[i].p_holm = p
+    _adjust(rows)
     return rows
+
+
+def _adjust(rows: Sequence[RecipeRow]) -> None:
+    """Holm over every row of the table (declared: "every (mixer, recipe) row", OVQ's included). A row
+    that is read and has no t-test (equal differences, no difference at all, or refused) counts as
+    p = 1, so the data cannot shrink the family; a row still to be read (pairs missing, or a rerun the
+    budget rule will read instead) has no p yet: the adjustment is made with it at p = 1 (``p_holm``) and
+    at p = 0 (``p_holm_low``), and a reading that differs between the two waits for it. A row with pairs
+    missing has no p of its own (NaN); a row the budget rule will replace shows what it says so far: its
+    p adjusted with every row at its current p (never read as an answer: the row is pending)."""
+    def own(row: RecipeRow) -> float:
+        return 1.0 if row.refused or math.isnan(row.final.p_t) else row.final.p_t
+
+    def p_of(row: RecipeRow, unknown: float) -> float:
+        return own(row) if row.decided and not row.awaits else unknown
+    high, low = holm([p_of(r, 1.0) for r in rows]), holm([p_of(r, 0.0) for r in rows])
+    so_far = holm([own(r) for r in rows])
+    for row, hi, lo, now in zip(rows, high, low, so_far):
+        if row.refused or math.isnan(row.final.p_t) or not row.decided:
+            row.p_holm = row.p_holm_low = math.nan
+        elif row.awaits:
+            row.p_holm = row.p_holm_low = now
+        else:
+            row.p_holm, row.p_holm_low = hi, lo
 
 
 def _name_treatments(rows: Sequence[RecipeRow], by: str) -> None:
@@ -297,28 +361,24 @@ def mixers_without_rows(records: Sequence[compare.RunRecord], by: str, standard:
 
 
 def mixer_answers(rows: Sequence[RecipeRow]) -> Dict[str, Tuple[str, str]]:
-    """Per mixer: (letter, the treatment that decided it). A decided (b) row decides the mixer at once (no
-    other row can undo "(b) if either treatment gives (b)"); otherwise ('', ...) while any of its rows is
-    pending, and ('?', ...) when some row is undecided (no t-test), since that row might give (b) or (a)."""
+    """Per mixer: (letter, the treatment that decided it), by the declared "(b) if either treatment gives
+    (b), else (a) if either gives (a), else (c)" over what each row can still give
+    (:meth:`RecipeRow.possible_letters`). A row that gives (b) decides the mixer at once, whatever the
+    others; (a) needs no row that could still give (b), (c) no row that could give (b) or (a). Otherwise
+    ('', 'pending') while a row that could change it is pending, else ('?', the undecided row's treatment):
+    a row with no t-test that could give the letter in question."""
     out: Dict[str, Tuple[str, str]] = {}
     for mixer in dict.fromkeys(row.mixer for row in rows):
-        mine = [row for row in rows if row.mixer == mixer]
-        letters = [(row.answer()[0], row.treatment) for row in mine]
-        first_b = next((t for letter, t in letters if letter == "b"), None)
-        if first_b is not None:
-            out[mixer] = ("b", first_b)
-            continue
-        if any(not letter for letter, _ in letters):
-            out[mixer] = ("", "pending")
-            continue
-        undecided = next((t for letter, t in letters if letter == "?"), None)
-        if undecided is not None:
-            out[mixer] = ("?", undecided)
-            continue
+        mine = [(row.possible_letters(), row) for row in rows if row.mixer == mixer]
         for wanted in ("b", "a", "c"):
-            hit = next((t for letter, t in letters if letter == wanted), None)
-            if hit is not None:
-                out[mixer] = (wanted, hit)
+            sure = next((row.treatment for can, row in mine if can == {wanted}), None)
+            if sure is not None:
+                out[mixer] = (wanted, sure)
+                break
+            open_rows = [row for can, row in mine if wanted in can]
+            if open_rows:      # some row could still give this letter, and none gives it for sure
+                pending = any(not row.answer()[0] for row in open_rows)
+                out[mixer] = ("", "pending") if pending else ("?", open_rows[0].treatment)
                 break
     return out
 

@@ -508,3 +508,55 @@ def test_interference_endpoints_are_validated(tmp_path):
     head = "claims:\n  - {claim: x, test: y, seeds: 5, against: [vq], results: [r.json], "
     for endpoint in ("interference@neutral", "interference@@64", "interference@neutral@many"):
         _refused(bad, head + f"endpoint: '{endpoint}'}}\n", "interference@KIND@ITEMS needs a filler kind")
+
+
+def test_a_family_counts_each_test_once_and_the_tests_no_row_shows(tmp_path):
+    """Two rows of one declared family that both show ours against ssm count it once; a test no row shows
+    (family_also) counts in the adjustment: a family of {ssm, vq, linear} here, three tests, not four or two."""
+    runs = [_run("ovq", s, 0.6 + 0.01 * s) for s in range(5)]
+    runs += [_run("ssm", s, 0.55 + 0.01 * s + (0.01 if s % 2 else -0.01)) for s in range(5)]
+    runs += [_run("vq", s, 0.5 + 0.012 * s + (0.02 if s % 2 else -0.02)) for s in range(5)]
+    runs += [_run("linear", s, 0.58 + 0.01 * s + (0.015 if s % 2 else -0.015)) for s in range(5)]
+    root = _write(tmp_path, "f.json", runs)
+    p = lambda cell: float(cell.split("Holm p ")[1].split(",")[0])
+    alone = {name: p(evaluate(Claim("x", "t", against=[name], results=["results/f.json"], seeds=5), root).cells[0])
+             for name in ("ssm", "vq", "linear")}
+    rows = [Claim("a", "t", against=["ssm", "vq"], results=["results/f.json"], seeds=5, family="F", family_also=["linear"]),
+            Claim("b", "t", against=["ssm"], results=["results/f.json"], seeds=5, family="F")]
+    a, b = claims.evaluate_claims(rows, root)
+    from experiments.intervals import holm
+    expected = dict(zip(alone, holm(list(alone.values()))))
+    assert p(a.cells[0]) == pytest.approx(expected["ssm"], rel=0.05) and p(b.cells[0]) == p(a.cells[0])
+    assert p(a.cells[1]) == pytest.approx(expected["vq"], rel=0.05)
+    assert len(a.cells) == 2 and not any("linear" in cell for cell in a.cells)       # counted, not shown
+
+
+def test_the_shipped_families_match_their_studies_declarations():
+    """The claims rows of a confirmatory study adjust over the family it declared, of the size it declared."""
+    import re
+    import shlex
+
+    from experiments.study_specs import load_study
+    from experiments.sweep import parse_grid
+
+    def declared(name):
+        """(mixers other than the study's baseline, seeds) of its sweep command, as the sweep reads its grid."""
+        spec = load_study(name)
+        argv = shlex.split(spec.commands[0])
+        grid = parse_grid([argv[i + 1] for i, a in enumerate(argv) if a == "--grid"])
+        layers = next(v for k, v in grid.items() if k.split("&")[0] == "model.layers")
+        mixers = {"+".join(re.match(r"\[([\w,]+)\]", v).group(1).split(",")) for v in layers} - {spec.baseline}
+        return mixers, len(grid["seed"])
+
+    _, shipped = claims.load_claims()
+    mixers, seeds = declared("confirm_icr")
+    of13 = [c for c in shipped if c.family == "section 13"]
+    assert {name for c in of13 for name in c.against + c.family_also} == mixers and len(mixers) == 7
+    assert all(c.seeds == seeds == 10 for c in of13)
+    (of14,) = [c for c in shipped if c.family == "section 14"]
+    mixers, seeds = declared("confirm_text")
+    assert set(of14.against + of14.family_also) == mixers and len(of14.against + of14.family_also) == 7
+    assert of14.seeds == seeds
+    mixers, seeds = declared("why_forget_confirm")
+    (long_horizon,) = [c for c in shipped if c.results == ["results/why_forget_confirm.json"]]
+    assert set(long_horizon.against) == mixers and long_horizon.seeds == seeds == 10 and not long_horizon.family

@@ -1,5 +1,6 @@
 """Study 17's declared answer rule (experiments/horizon_answer.py): known answers on hand-made records."""
 import json
+import math
 
 import pytest
 
@@ -393,3 +394,116 @@ def test_no_grid_while_a_mixer_has_records_but_no_row():
     assert "- **ssm**: no answer: 2 configurations match the standard" in table
     assert "Grid for the confirmatory re-run" not in table
     assert "Grid for the confirmatory re-run" in horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
+
+
+def _retained(mixer, finals_halves, **kw):
+    """The treatment with the retention loss (a second long recipe), per-seed (final, half)."""
+    out = []
+    for s, (f, h) in enumerate(finals_halves):
+        r = _record(mixer, 32, s, f, h, **kw)
+        r.params["meta_train.retention_loss"] = "1.0"
+        out.append(r)
+    return out
+
+
+def test_a_row_waits_while_its_holm_p_depends_on_rows_still_pending():
+    """Delta's fall (raw p 0.035) reads "no difference" with the SSM's missing row at p = 1 and "below" at
+    p = 0: (b) or (c), so it waits; the SSM's last pair decides it ((c): its own p is small)."""
+    delta = _pairs("delta", [(0.50, 32), (0.60, 64), (0.55, 16)], [(0.47, 128), (0.56, None), (0.53, 64)])
+    ssm = _pairs("ssm", [(0.3, 16)] * 3, [(0.40, 16), (0.42, 16)])
+    rows = horizon_answer.recipe_rows(delta + ssm, "model.layers", STANDARD, LONG, seeds=3)
+    row = next(r for r in rows if r.mixer == "delta")
+    assert row.p_holm_low == pytest.approx(row.final.p_t) and row.p_holm == pytest.approx(2 * row.final.p_t)
+    assert row.answer()[0] == "" and "depends on rows of the table still pending" in row.answer()[1]
+    assert horizon_answer.mixer_answers(rows)["delta"] == ("", "pending")
+    rows = horizon_answer.recipe_rows(delta + ssm + [_record("ssm", 32, 2, 0.41, 16)], "model.layers", STANDARD, LONG, seeds=3)
+    assert {r.mixer: r.answer()[0] for r in rows} == {"delta": "c", "ssm": "c"}
+    assert rows[0].p_holm == rows[0].p_holm_low
+
+
+def test_a_row_without_a_t_test_counts_at_p_1_and_never_shrinks_the_family():
+    """Equal differences on every pair (no t-test) stay in the Holm family as p = 1: the SSM's rise (raw p
+    ~0.03) is adjusted over two rows, so "no difference" (and (a)), not "above"."""
+    rise = _pairs("ssm", [(0.3, 16)] * 3, [(0.3 + d, 16) for d in (0.05, 0.10, 0.08)])
+    equal = _pairs("delta", [(0.5, 16), (0.6, 32), (0.55, 16)], [(0.375, 64), (0.475, 64), (0.425, 128)])
+    rows = horizon_answer.recipe_rows(rise + equal, "model.layers", STANDARD, LONG)
+    ssm = next(r for r in rows if r.mixer == "ssm")
+    assert 0.025 < ssm.final.p_t < 0.05 and ssm.p_holm == pytest.approx(2 * ssm.final.p_t)
+    assert ssm.answer()[0] == "a"
+
+
+def test_what_every_open_reading_gives_is_decided():
+    """A no-t-test row answers where every reading it leaves open gives one answer ((c) for a seed without
+    a half point), and a mixer is (a) when its undecided row could give (a) or (c) but never (b)."""
+    records = _pairs("delta", [(0.5, 16), (0.6, 32), (0.55, 16)], [(0.375, 64), (0.475, 64), (0.425, 128)])
+    records[-1].interference["half_items"]["other_region"] = None
+    records[-1].interference["curves"]["other_region"] = [{"items": n, "score": 0.0, "skill": 0.0, "se": 0.0, "n": 8}
+                                                           for n in (0, 256)]
+    rows, mixers = _answers(records)
+    assert rows["delta"][0] == "c" and mixers["delta"][0] == "c"
+    still = _pairs("ssm", [(0.30, 16), (0.32, 16), (0.31, 32)], [(0.31, 16), (0.30, 8), (0.32, 32)])     # (a)
+    fell = _retained("ssm", [(0.30 - 0.125, 16), (0.32 - 0.125, 16), (0.31 - 0.125, 32)])                   # (a) or (c)
+    rows = horizon_answer.recipe_rows(still + fell, "model.layers", STANDARD, LONG)
+    assert sorted(r.answer()[0] for r in rows) == ["?", "a"]
+    assert horizon_answer.mixer_answers(rows)["ssm"] == ("a", "meta_train.retention_loss=0.0")
+    # ... but (b) or (c) open beside an (a): the mixer cannot be read
+    moved = _retained("ssm", [(0.30 - 0.125, 64), (0.32 - 0.125, 64), (0.31 - 0.125, 128)])                # (b) or (c)
+    rows = horizon_answer.recipe_rows(still + moved, "model.layers", STANDARD, LONG)
+    assert horizon_answer.mixer_answers(rows)["ssm"] == ("?", "meta_train.retention_loss=1.0")
+
+
+def test_a_pair_without_a_final_average_keeps_the_row_pending():
+    records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    records[-1].summary = {}
+    rows, mixers = _answers(records)
+    assert rows["delta"] == ("", "pending: 1 of its 3 pairs have no final average") and mixers["delta"][0] == ""
+
+
+def test_b_needs_every_gate_passed_and_a_mixer_with_an_a_and_a_c_row_is_a():
+    records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    records[-1].learned = False
+    rows, _ = _answers(records)
+    assert rows["delta"] == ("c", "half point moved but not every gate passed")
+    still = _pairs("ssm", [(0.30, 16), (0.32, 16), (0.31, 32)], [(0.31, 16), (0.30, 8), (0.32, 32)])           # (a)
+    not_long = _retained("ssm", [(0.31, 16), (0.30, 8), (0.32, 32)], recalled=0.2)                            # (c)
+    rows = horizon_answer.recipe_rows(still + not_long, "model.layers", STANDARD, LONG)
+    assert sorted(r.answer()[0] for r in rows) == ["a", "c"]
+    assert horizon_answer.mixer_answers(rows)["ssm"] == ("a", "meta_train.retention_loss=0.0")
+
+
+def test_every_row_ovqs_included_is_in_the_holm_family_and_the_thresholds_are_inclusive():
+    """Holm over every row, OVQ's (nothing to move) too; skill exactly 0.5 learns the long task."""
+    rise = _pairs("ssm", [(0.3, 16)] * 3, [(0.3 + d, 16) for d in (0.05, 0.10, 0.08)])
+    ovq = _pairs("ovq", [(0.65, None)] * 3, [(0.66 + d, None) for d in (0.0, 0.02, -0.01)])
+    rows = horizon_answer.recipe_rows(rise + ovq, "model.layers", STANDARD, LONG)
+    ssm = next(r for r in rows if r.mixer == "ssm")
+    assert len(rows) == 2 and ssm.p_holm == pytest.approx(min(1.0, 2 * ssm.final.p_t))
+    edge = horizon_answer.recipe_rows(_pairs("ssm", [(0.3, 16)] * 3, [(0.3, 16)] * 3, recalled=0.5),
+                                      "model.layers", STANDARD, LONG)[0]
+    assert edge.learns_long_task
+    one = horizon_answer.recipe_rows(_pairs("delta", [(0.4, 32)], [(0.7, None)]), "model.layers", STANDARD, LONG)[0]
+    assert one.answer()[0] == ""                                    # one pair never decides (at least two)
+
+
+def test_the_recalled_skill_is_read_at_the_last_step_and_a_tie_goes_to_the_first_recipe():
+    records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
+    assert rows[0].recalled_skill == [pytest.approx(0.9)] * 3       # step 1000's, not step 500's 0.1
+    records[-1].meta_history = records[-1].meta_history[:1] + [{"step": 1000, "accuracy": 0.95}]
+    assert math.isnan(horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)[0].recalled_skill[-1])
+    base = _pairs("ssm", [(0.3, 32), (0.31, 32), (0.29, 16)], [(0.5 + d, None) for d in (0.0, 0.01, -0.01)])
+    same = _retained("ssm", [(0.5 + d, None) for d in (0.0, 0.01, -0.01)])
+    rows = horizon_answer.recipe_rows(base + same, "model.layers", STANDARD, LONG)
+    assert len(rows) == 2 and rows[0].final.mean_difference == rows[1].final.mean_difference
+    recipe, _ = horizon_answer.confirm_recipes(rows)["ssm"]
+    assert recipe == rows[0].treatment                              # equal gains: the first listed
+    recipe, _ = horizon_answer.confirm_recipes(rows[::-1])["ssm"]
+    assert recipe == rows[1].treatment
+
+
+def test_a_refused_row_chooses_no_recipe():
+    records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
+    for r in records:
+        r.code_version = "code-A" if r.params["stream.options.meta_sequence_episodes"] == "4" else "code-B"
+    rows = horizon_answer.recipe_rows(records, "model.layers", STANDARD, LONG)
+    assert not rows[0].is_final and horizon_answer.confirm_recipes(rows) == {}
