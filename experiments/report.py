@@ -828,7 +828,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         # a stream whose sweep has not started is not in the records at all, and one whose sweep is running
         # has some of its runs: either holds the decision
         missing = unfinished_sweeps(spec, root or PROJECT_DIR)
-        table = rule_answer.rule_table(_partitions(records, spec.partition, spec.partition_default), spec.baseline,
+        # every run, of every code version: each comparison pairs within one version (rule_answer), which a
+        # later version's rerun of some seeds must not take away
+        table = rule_answer.rule_table(_partitions(every_run, spec.partition, spec.partition_default), spec.baseline,
                                        spec.answer_seeds, missing)
         parts += [f"The declared decision (`{spec.answer}`, applied by `experiments/rule_answer.py`: every rule "
                   f"against `{spec.baseline}` on each stream ({spec.partition}), final average, paired over seeds; "
