@@ -963,9 +963,24 @@ class VerdictRow:
     code_versions: frozenset = frozenset()   # the code versions of its records ("not recorded" for none)
     results: frozenset = frozenset()    # the result matrices behind it: runs repeated under settings that
                                         # change no number (e.g. the delay probe's size) are the same evidence
-    # Holm-adjusted p within the row's family (stream family x endpoint), set by the report
+    # Holm-adjusted p within the row's family (stream family x endpoint), set by the report; in a
+    # declared (confirmatory) family, tests still to come are counted at p = 1 (these) and at p = 0 (the
+    # _low ones), and a word is read only where both agree
     p_primary_adjusted: float = math.nan
     p_forgetting_adjusted: float = math.nan
+    p_primary_low: float = math.nan
+    p_forgetting_low: float = math.nan
+    declared_seeds: int = 0             # the pairs its study declared (confirmatory); 0: none declared
+
+    @property
+    def pending(self) -> bool:
+        """Fewer pairs than its study declared: its numbers are shown, no word is read from them."""
+        return bool(self.declared_seeds) and (self.primary is None or self.primary.n < self.declared_seeds)
+
+    @staticmethod
+    def _moved(p_high: float, p_low: float) -> bool:
+        """Whether tests of its family still to come could move its word (one side of 0.05 each)."""
+        return not math.isnan(p_low) and (p_low < 0.05) != (p_high < 0.05)
 
     def _better(self, difference: float) -> bool:
         """Whether an OVQ - other difference of the score favours OVQ."""
@@ -977,9 +992,13 @@ class VerdictRow:
         c = self.primary
         if c is not None and c.n >= 2 and math.isnan(c.p_t):
             return NO_T_TEST
+        if self.pending:
+            return f"pending ({c.n if c is not None else 0} of {self.declared_seeds} declared seeds)"
         if c is None or c.n < 2:
             return "too few pairs" if c is not None and c.n else "no shared seeds"
         p = c.p_t if math.isnan(self.p_primary_adjusted) else self.p_primary_adjusted
+        if self._moved(p, self.p_primary_low):
+            return "pending (tests of its declared family still to come could move its Holm p)"
         few = "" if c.n >= 5 else f" ({c.n} seeds, fewer than 5)"
         if p < 0.05:
             return ("OVQ holds more" if self._better(c.mean_difference) else "**OVQ holds less**") + few
@@ -997,12 +1016,16 @@ class VerdictRow:
             if other == 0 and ovq > 0:
                 return f"not comparable: {self.other.split(' ')[0]} did not learn (0/{n}; OVQ {ovq}/{n})"
             return "not comparable: neither learned" if n else "not comparable: no shared seeds"
+        if self.pending:
+            return f"pending ({self.primary.n if self.primary is not None else 0} of {self.declared_seeds} declared seeds)"
         if self.n_pairs < 2 or f.n < 2:          # pairs where both learned, but too few with the endpoint
             return "too few pairs"
         if math.isnan(f.p_t):
             return NO_T_TEST
-        few = "" if self.n_pairs >= 5 else f" ({self.n_pairs} seeds, fewer than 5)"
+        few = "" if f.n >= 5 else f" ({f.n} seeds, fewer than 5)"       # the pairs the test was made on
         p = f.p_t if math.isnan(self.p_forgetting_adjusted) else self.p_forgetting_adjusted
+        if self._moved(p, self.p_forgetting_low):
+            return "pending (tests of its declared family still to come could move its Holm p)"
         if p < 0.05:
             return ("OVQ forgets less" if f.mean_difference > 0 else "**OVQ forgets more**") + few
         return "no difference detected" + few

@@ -941,6 +941,32 @@ class VerdictEntry:
     row: Optional[compare.VerdictRow] = None
     note: str = ""
     same_as: Optional[int] = None          # the number of the earlier row with the same runs
+    declared_tests: int = 0                # its study's declared tests (confirmatory; 0: none declared)
+    study: str = ""                        # its study's title (a family's declared tests are per study)
+
+
+def declared_design(spec: StudySpec) -> Tuple[int, int]:
+    """(seeds, tests) a confirmatory study declared in its sweep command: the number of values of its seed
+    axis, and of its ``model.layers`` axis (a joint axis led by it too) without OVQ (the verdict compares
+    OVQ with every mixer that has no OVQ layer); (0, 0) for an exploratory study or one whose command does
+    not say."""
+    from experiments.sweep import parse_grid
+
+    if not spec.confirmatory:
+        return 0, 0
+    seeds = tests = 0
+    for command in spec.commands:
+        argv = shlex.split(command)
+        if argv[:2] != ["ovq-cl", "sweep"]:
+            continue
+        grid = parse_grid([argv[i + 1] for i, a in enumerate(argv) if a == "--grid"])
+        for key, values in grid.items():
+            keys = [k.strip() for k in key.split("&")]
+            if keys == ["seed"]:
+                seeds = max(seeds, len(values))
+            elif keys[0] == "model.layers":
+                tests = max(tests, sum("ovq" not in compare._layers(v.split("&")[0]) for v in values))
+    return seeds, tests
 
 
 def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[VerdictEntry]:
@@ -959,9 +985,10 @@ def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[
         if not spec.verdict or not spec.baseline:
             continue
         family = spec.family or spec.verdict
+        seeds, tests = declared_design(spec)
         records = [compare.record_from_json(d) for d in _raw(spec, root)]
         if not records:
-            entries.append(VerdictEntry(spec.verdict, family, "-", note="no runs yet"))
+            entries.append(VerdictEntry(spec.verdict, family, "-", note="no runs yet", declared_tests=tests, study=spec.title))
             continue
         for value, subset in _partitions(records, spec.partition, spec.partition_default):
             where = "-" if value is None else _where(spec.partition, value)
@@ -971,13 +998,15 @@ def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[
                 entries.append(VerdictEntry(spec.verdict, family, where, note=f"no OVQ baseline here ({e})"))
                 continue
             for r in rows:
+                r.declared_seeds = seeds
                 mixed = sorted(r.code_versions - set(spec.comparable_code)) if len(r.code_versions) > 1 else []
                 if mixed:                # pairs made by different code, not declared comparable: refused
                     entries.append(VerdictEntry(spec.verdict, family, where, note=(
                         f"refused ({r.other}): its pairs were made by code versions {', '.join(sorted(r.code_versions))}, "
-                        "not declared comparable in the study spec (`comparable_code`, after `ovq-cl report --verify`)")))
+                        "not declared comparable in the study spec (`comparable_code`, after `ovq-cl report --verify`)"),
+                        declared_tests=tests, study=spec.title))
                 else:
-                    entries.append(VerdictEntry(spec.verdict, family, where, r))
+                    entries.append(VerdictEntry(spec.verdict, family, where, r, declared_tests=tests, study=spec.title))
     seen: Dict[frozenset, int] = {}
     for n, e in enumerate(entries, 1):
         if e.row is None:
@@ -989,12 +1018,43 @@ def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[
         for k in keys:
             seen.setdefault(k, n)
     for family in {e.family for e in entries}:
-        counted = [e.row for e in entries if e.family == family and e.row is not None and e.same_as is None]
-        for adjusted, r in zip(holm([r.primary.p_t if r.primary is not None else math.nan for r in counted]), counted):
-            r.p_primary_adjusted = adjusted
-        forgetting = [r.forgetting.p_t if r.n_pairs >= 2 else math.nan for r in counted]
-        for adjusted, r in zip(holm(forgetting), counted):
-            r.p_forgetting_adjusted = adjusted
+        members = [e for e in entries if e.family == family]
+        counted = [e.row for e in members if e.row is not None and e.same_as is None]
+        declared = {e.study: e.declared_tests for e in members if e.declared_tests}
+        if not declared:
+            # an exploratory family: the tests made (one without a t-test is left out, as Holm leaves it)
+            for adjusted, r in zip(holm([r.primary.p_t if r.primary is not None else math.nan for r in counted]), counted):
+                r.p_primary_adjusted = adjusted
+            forgetting = [r.forgetting.p_t if r.n_pairs >= 2 else math.nan for r in counted]
+            for adjusted, r in zip(holm(forgetting), counted):
+                r.p_forgetting_adjusted = adjusted
+            continue
+        # a declared (confirmatory) family: its size is what the studies declared, whatever the data. A
+        # test made without a t-test, or refused, counts as p = 1; a row short of its declared seeds, and
+        # a declared test with no row yet, have no p yet: at p = 1 (the adjusted p shown) and at p = 0
+        # (the low bound), and a word is read only where both agree
+        missing = max(0, sum(declared.values()) - sum(1 for e in members if e.same_as is None
+                                                          and (e.row is not None or e.note.startswith("refused"))))
+
+        def p_of(r, unknown):
+            if r.pending:
+                return unknown
+            return 1.0 if r.primary is None or math.isnan(r.primary.p_t) else r.primary.p_t
+        refused = sum(1 for e in members if e.row is None and e.note.startswith("refused"))
+        high = holm([p_of(r, 1.0) for r in counted] + [1.0] * (refused + missing))
+        low = holm([p_of(r, 0.0) for r in counted] + [1.0] * refused + [0.0] * missing)
+        for r, hi, lo in zip(counted, high, low):
+            r.p_primary_adjusted, r.p_primary_low = (math.nan, math.nan) if r.pending else (hi, lo)
+        # forgetting (secondary): the tests made, as declared in the findings; rows short of their seeds
+        # and declared tests with no row yet are still to come
+        def f_of(r, unknown):
+            if r.pending:
+                return unknown
+            return r.forgetting.p_t if r.n_pairs >= 2 else math.nan
+        high = holm([f_of(r, 1.0) for r in counted] + [1.0] * missing)
+        low = holm([f_of(r, 0.0) for r in counted] + [0.0] * missing)
+        for r, hi, lo in zip(counted, high, low):
+            r.p_forgetting_adjusted, r.p_forgetting_low = (math.nan, math.nan) if r.pending else (hi, lo)
     return entries
 
 
@@ -1071,7 +1131,9 @@ def verdict_section(specs: List[StudySpec], root: Optional[str] = None) -> str:
     parts = ["## Verdict: what OVQ holds at the end, and what it forgets", "", str(prose.get("setup", "")).strip(), ""]
     if any(s.verdict for s in confirmatory):
         parts += ["**Confirmatory rows** (declared in their study specs before their runs: one budget per stream "
-                  "family, 10 seeds of model and data, the primary endpoint; sections 13-14):", "",
+                  "family, 10 seeds of model and data, the primary endpoint; sections 13, 14, 16 and 23; a row short of "
+                  "its declared seeds is pending, and each family's Holm adjustment counts every test its study "
+                  "declared, one still to come at p = 0 and at p = 1, a word read only where both agree):", "",
                   verdict_table(confirmatory, root, prefix="C"), "",
                   "**Exploratory rows** (every other setting; 5 seeds; endpoint declared after the runs):", ""]
     parts += [verdict_table(exploratory, root, prefix="E" if any(s.verdict for s in confirmatory) else ""), ""]

@@ -236,3 +236,105 @@ def test_learned_pairs_without_the_forgetting_endpoint_are_too_few_not_no_t_test
     assert f.n == 1 and row.verdict == "too few pairs"
     row.forgetting = paired_comparison([0.1, 0.2, 0.3], [0.35, 0.45, 0.55])      # equal differences, 3 pairs
     assert row.verdict == compare.NO_T_TEST
+
+
+DIFFS = [0.022, -0.008, 0.032, 0.002, 0.027, -0.003, 0.022, 0.012, 0.017, -0.008]     # OVQ - other: raw p 0.036
+
+
+def _final(layers, seed, final, learned=True):
+    """A two-experience run whose final average is ``final``."""
+    return _run(layers, seed, [[1.0, 0.0], [final, final]], learned=learned)
+
+
+def _confirmatory(tmp_path, monkeypatch, runs, mixers, seeds=10):
+    """One confirmatory study whose command declares ``mixers`` against OVQ over ``seeds`` seeds."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "c.json").write_text(json.dumps(runs))
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    layers = ";".join(f"[{m}]" for m in ["ovq", *mixers])
+    grid = ";".join(str(s) for s in range(seeds))
+    (studies / "c.yaml").write_text(
+        f"title: 'c'\ncommands: [\"ovq-cl sweep cfg.yaml --grid 'model.layers={layers}' --grid 'seed={grid}' --name c --out results\"]\n"
+        "results: [results/c.json]\nbaseline: ovq\nverdict: 'c stream'\nfamily: 'C'\nconfirmatory: true\n")
+    monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
+    monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    return {e.row.other.split(" ")[0]: e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row}
+
+
+def test_a_confirmatory_row_waits_for_its_declared_seeds_and_its_family(tmp_path, monkeypatch):
+    """Gated DeltaNet at raw p 0.036 in a declared family of two whose SSM row has 3 of 10 seeds: 'holds
+    more' with the SSM at p = 0, not at p = 1 (0.073): pending; the SSM row is pending on its seeds."""
+    runs = [_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)] + [_final("delta", s, 0.6) for s in range(10)]
+    ssm_runs = [_final("ssm", s, 0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)]   # far from significant
+    runs += ssm_runs[:3]
+    rows = _confirmatory(tmp_path, monkeypatch, runs, ["delta", "ssm"])
+    delta, ssm = rows["delta"], rows["ssm"]
+    assert delta.primary.p_t == pytest.approx(0.036, abs=0.001)
+    assert delta.p_primary_low == pytest.approx(delta.primary.p_t) and delta.p_primary_adjusted == pytest.approx(2 * delta.primary.p_t)
+    assert delta.primary_verdict == "pending (tests of its declared family still to come could move its Holm p)"
+    assert ssm.primary_verdict == "pending (3 of 10 declared seeds)" and ssm.verdict.startswith("pending (3 of 10")
+    assert math.isnan(ssm.p_primary_adjusted)
+    # a declared mixer with no runs yet is a test still to come too
+    (tmp_path / "x").mkdir()
+    rows = _confirmatory(tmp_path / "x", monkeypatch, runs[:20], ["delta", "ssm"])
+    assert rows["delta"].primary_verdict.startswith("pending (tests of its declared family")
+    # once every declared test is in (the SSM's 10 seeds, its p large): read, over the family of two
+    runs += ssm_runs[3:]
+    (tmp_path / "y").mkdir()
+    rows = _confirmatory(tmp_path / "y", monkeypatch, runs, ["delta", "ssm"])
+    assert rows["ssm"].primary.p_t > 0.1 and rows["delta"].p_primary_adjusted == pytest.approx(2 * rows["delta"].primary.p_t)
+    assert rows["delta"].primary_verdict == "no difference detected" == rows["ssm"].primary_verdict
+
+
+def test_a_declared_test_without_a_t_test_counts_at_p_1(tmp_path, monkeypatch):
+    grid = [round(d * 512) / 512 for d in DIFFS]                    # scores on a 1/512 grid: exact differences
+    runs = [_final("ovq", s, 0.5 + d) for s, d in enumerate(grid)] + [_final("delta", s, 0.5) for s in range(10)]
+    runs += [_final("ssm", s, 0.5 + d - 0.125) for s, d in enumerate(grid)]          # 0.125 on every seed
+    rows = _confirmatory(tmp_path, monkeypatch, runs, ["delta", "ssm"])
+    assert rows["ssm"].primary_verdict == compare.NO_T_TEST and 0.025 < rows["delta"].primary.p_t < 0.05
+    assert rows["delta"].p_primary_adjusted == rows["delta"].p_primary_low == pytest.approx(2 * rows["delta"].primary.p_t)
+    assert rows["delta"].primary_verdict == "no difference detected"
+
+
+def test_words_follow_the_adjusted_p_the_direction_the_gates_and_the_pairs_measured(tmp_path, monkeypatch):
+    """An exploratory family of three: Gated DeltaNet's raw p 0.036 is 'no difference' after Holm, on the
+    primary endpoint and on forgetting; bits per byte are lower-is-better; the primary endpoint reads every
+    shared seed, forgetting only those where both learned; '(n seeds, fewer than 5)' counts the pairs tested."""
+    ovq = [_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)]
+    runs = ovq + [_final("delta", s, 0.6) for s in range(10)]
+    runs += [_final("ssm", s, 0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)]
+    runs += [_final("vq", s, 0.6 + d + 0.03 * (-1) ** (s // 2)) for s, d in enumerate(DIFFS)]
+    _spec_files(tmp_path, monkeypatch, {"a": (runs, "F")})
+    rows = {e.row.other.split(" ")[0]: e.row for e in report.verdict_entries(study_specs.all_studies())}
+    delta = rows["delta"]
+    order = ["delta", "ssm", "vq"]
+    assert [rows[m].p_primary_adjusted for m in order] == pytest.approx(holm([rows[m].primary.p_t for m in order]))
+    assert delta.p_primary_adjusted == pytest.approx(3 * delta.primary.p_t)          # the smallest of three
+    assert delta.primary.p_t < 0.05 and delta.primary_verdict == "no difference detected"
+    f = paired_comparison([0.1 + d for d in DIFFS], [0.1] * 10)                          # forgetting, other - OVQ
+    row = compare.VerdictRow("ssm", 10, 0, f, f, True, False, (1.0, 2.0), (1, 1), primary=f)
+    assert row.verdict == "OVQ forgets less"
+    row.p_forgetting_adjusted = 3 * f.p_t
+    assert row.verdict == "no difference detected"
+    # lower is better: OVQ's lower bits per byte hold more
+    bpb = compare.VerdictRow("ssm", 10, 0, f, f, False, False, (1.0, 2.0), (1, 1),
+                             primary=paired_comparison([1.9 - d for d in DIFFS], [2.0] * 10))
+    assert bpb.primary.mean_difference < 0 and bpb.primary_verdict == "OVQ holds more"
+    # one seed where the SSM did not learn: in the primary endpoint's pairs, not in forgetting's
+    runs = ovq[:5] + [_final("ssm", s, 0.3, learned=(s != 0)) for s in range(5)]
+    (tmp_path / "b").mkdir()
+    _spec_files(tmp_path / "b", monkeypatch, {"b": (runs, "G")})
+    (entry,) = report.verdict_entries(study_specs.all_studies())
+    assert entry.row.primary.n == 5 and entry.row.n_pairs == 4 and entry.row.n_not_learned == 1
+    assert entry.row.forgetting.n == 4 and "(4 seeds, fewer than 5)" in entry.row.verdict
+    # forgetting measured on 3 of 5 learned pairs: the note says 3
+    three = paired_comparison([0.3, 0.31, 0.35, math.nan, math.nan], [0.1, 0.12, 0.11, 0.1, 0.1])
+    row = compare.VerdictRow("ssm", 5, 0, three, three, True, False, (1.0, 2.0), (1, 1), primary=three)
+    assert "(3 seeds, fewer than 5)" in row.verdict
+    bytes_row = compare.VerdictRow("ssm", 5, 0, three, three, True, False, (1000.0, 20480.0), (1, 1), primary=three)
+    (tmp_path / "c").mkdir()
+    runs = ovq[:5] + [{**_final("ssm", s, 0.3), "state_bytes_per_layer_lane": [20480.0, 20480.0]} for s in range(5)]
+    _spec_files(tmp_path / "c", monkeypatch, {"c": (runs, "H")})
+    assert "| 66K / 20K |" in report.verdict_table(study_specs.all_studies())          # OVQ's first, then the other's
+    assert bytes_row.state_bytes == (1000.0, 20480.0)
