@@ -59,10 +59,12 @@ How to read the tables (definitions in `docs/measurement.md`):
 - **Primary endpoint** (declared per study, `endpoint:` in its spec): the final average score, against
   the facts in force where facts change: what a memory holds at the end, old and new. Forgetting and the
   learning score are secondary, shown beside it, so that a memory that forgets little because it
-  stopped learning is seen as such; **stopped learning** counts runs whose R[j][j] fell below the
-  stream gate's skill threshold at some experience after the first.
+  stopped learning is seen as such; **stopped learning** counts runs that learned the first experience
+  (R[0][0] at or above the stream gate's skill threshold) and then fell below it at some later one.
 - **Many tests**: the verdict table adjusts its p-values with Holm's method within each stream family
-  and endpoint; every paired table adjusts within itself, per metric (`p Holm`). Words (`holds more`,
+  and endpoint (a confirmatory family over every test its study declared: a row short of its declared
+  seeds is pending, and a word is read only where the tests still to come cannot move it); every paired
+  table adjusts within itself, per metric (`p Holm`). Words (`holds more`,
   `forgets less`) follow the adjusted p. With 5 seeds an exact Wilcoxon test cannot go below 0.0625.
   The findings of sections 1-12 were written before the correction and then re-read against it: each
   raw p they quote has the Holm p of its paired table beside it, and a difference that does not
