@@ -252,7 +252,9 @@ def smoke_overrides_of(checkout: str) -> Tuple[str, ...]:
     from experiments.study import SMOKE_OVERRIDES
 
     python = os.path.join(checkout, ".venv", "bin", "python")
-    read = "import json; from experiments.study import SMOKE_OVERRIDES as o; print(json.dumps(list(o)))"
+    # experiments.study holds them; code older than that module kept them in experiments.report
+    read = ("import json\ntry:\n    from experiments.study import SMOKE_OVERRIDES as o\nexcept ImportError:\n"
+            "    from experiments.report import SMOKE_OVERRIDES as o\nprint(json.dumps(list(o)))")
     out = subprocess.run([python, "-c", read], cwd=checkout, capture_output=True, text=True)
     if out.returncode != 0:
         raise ValueError(f"pieces --check: cannot read the smoke sizes of the code in {checkout}: "

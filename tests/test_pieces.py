@@ -268,3 +268,21 @@ def test_check_runs_a_piece_end_to_end_with_the_real_command(tmp_path):
     assert check.ok, open(check.log).read()[-2000:]
     (record,) = json.loads((tmp_path / "out" / "results" / "tiny__icr-full-frozen-persist-s0.json").read_text())
     assert str(record["params"]["meta_train.steps"]) == "2" and not os.path.exists(tmp_path / "results" / "tiny.json")
+
+
+def test_the_smoke_sizes_are_read_from_the_pinned_code_wherever_it_kept_them(tmp_path):
+    """Code older than experiments/study.py kept SMOKE_OVERRIDES in experiments/report.py: both are read."""
+    from experiments.pieces import smoke_overrides_of
+
+    checkout = tmp_path / "ovq-cl-old"
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    (checkout / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    (checkout / "experiments").mkdir()
+    (checkout / "experiments" / "__init__.py").write_text("")
+    (checkout / "experiments" / "report.py").write_text("SMOKE_OVERRIDES = ('meta_train.steps=1', 'progress=false')\n")
+    assert smoke_overrides_of(str(checkout)) == ("meta_train.steps=1", "progress=false")
+    (checkout / "experiments" / "study.py").write_text("SMOKE_OVERRIDES = ('meta_train.steps=5',)\n")
+    assert smoke_overrides_of(str(checkout)) == ("meta_train.steps=5",)
+    (checkout / "experiments" / "study.py").write_text("raise RuntimeError('broken code')\n")
+    with pytest.raises(ValueError, match="cannot read the smoke sizes"):
+        smoke_overrides_of(str(checkout))
