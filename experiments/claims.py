@@ -12,12 +12,15 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
   shown, but two memories that both failed their gates differ in what neither learned, which is no
   evidence for or against the claim;
 - ``as_much``: ours matches each of ``against``: "yes" where the 95% interval of the paired difference
-  lies inside +-``margin`` (in the endpoint's units), else "no"; "no t-test" where every pair differs by
-  the same nonzero amount (a zero-width interval says nothing about the spread). Matching a reference
-  that cannot do the task says nothing: "reference did not learn" where the reference failed the
-  learned gates on most seeds, and, at a point of a probe's curve (``capacity@N``,
-  ``interference@KIND@ITEMS``), "reference does not recall here" where its mean skill there is below the
-  learned gate's bar (``gate.min_skill``, 0.5): two memories at the floor always match;
+  lies inside +-``margin`` (in the endpoint's units, edges included), else "no"; "no t-test" where every
+  pair differs by the same nonzero amount, to within rounding (a zero-width interval says nothing about
+  the spread; the test is the one ``paired_comparison`` declines to make). Matching a reference that
+  cannot do the task says nothing: "reference did not learn" where the reference failed the learned
+  gates on most seeds (more than half; half is not most), and, at a point of a probe's curve
+  (``capacity@N``, ``interference@KIND@ITEMS``), "reference does not recall here" where its mean skill
+  there (over the paired runs; the skill, against the probe's chance, not the score) is below the
+  learned gate's bar (``gate.min_skill``, 0.5), or "reference's skill not measured here" where a paired
+  run of it has no skill at the point: two memories at the floor always match;
 - ``fails_to_learn``: every run of each of ``against`` learned nothing (held-out skill, and the stream's
   where measured, below the stream gate's bar for having learned anything, ``gate.min_stream_skill``
   = 0.1) while ours passed the learned gates on most seeds ("yes"), else "no". Failing the learned gate
@@ -317,7 +320,7 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
     values = [_pair_values(a, b, claim.endpoint, _in_force(pairs, claim.endpoint)) for a, b in pairs]
     c = paired_comparison([x for x, _ in values], [y for _, y in values])
     learned = (sum(a.learned is True for a, _ in pairs), sum(b.learned is True for _, b in pairs))
-    skills = [x for x in (_skill_at(b, claim.endpoint) for _, b in pairs) if not math.isnan(x)]
+    skills = [_skill_at(b, claim.endpoint) for _, b in pairs]     # NaN unless every paired run measured it
     note = f"learned {learned[0]}/{len(pairs)} vs {learned[1]}/{len(pairs)}"
     if left_out:
         note += f"; code {v} ({left_out} runs of other code versions not paired)"
@@ -325,7 +328,7 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
         return _Comparison(name, "too few pairs", f"vs {name}: {c.mean_difference:+.3f} from one pair of runs: too "
                            "few pairs", count=c.n)
     return _Comparison(name, stat=c, count=c.n, learned=learned, note=note,
-                       reference_skill=statistics.fmean(skills) if skills else math.nan,
+                       reference_skill=statistics.fmean(skills) if skills else math.nan,   # NaN in: NaN out
                        values=([x for x, _ in values], [y for _, y in values]),
                        beside=_beside(claim, pairs))
 
@@ -424,13 +427,15 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
     level = 1 - 0.05 / max(family_size, 1)
     if level != 0.95:
         c = paired_comparison(*cmp.values, level=level)
-    if not _most(cmp.learned[1], n):
-        cmp.answer = "reference did not learn"          # matching a reference that failed its gates says nothing
+    if _most(n - cmp.learned[1], n):
+        # matching a reference that failed its gates on most seeds says nothing (half is not most)
+        cmp.answer = "reference did not learn"
     elif (claim.endpoint.startswith(("capacity@", "interference@"))
           and not cmp.reference_skill >= GateSection.min_skill):
-        # matching a reference that does not recall at this point is matching two memories at the floor
-        cmp.answer = "reference does not recall here"
-    elif c.low == c.high and c.mean_difference != 0:
+        # matching a reference that does not recall at this point is matching two memories at the floor;
+        # a reference whose skill there was not measured has not shown that it recalls
+        cmp.answer = "reference does not recall here" if not math.isnan(cmp.reference_skill) else "reference's skill not measured here"
+    elif math.isnan(c.p_t) and c.mean_difference != 0:
         # a zero-width interval from pairs that all differ by the same amount is not evidence of a small
         # difference: it is too few seeds to see the spread
         cmp.answer = "no t-test"
@@ -451,7 +456,8 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
 
 
 READ = ("yes", "no", "no difference", "opposite")
-NOT_READ = ("neither learned", "reference did not learn", "reference does not recall here")
+NOT_READ = ("neither learned", "reference did not learn", "reference does not recall here",
+            "reference's skill not measured here")
 NOT_MADE = ("not measured", "no runs", "too few pairs", "no shared seeds")
 
 
@@ -483,10 +489,12 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
     if not read:
         if all(a == "neither learned" for a in answers):
             return "not testable here: neither side passed the learned gates on most seeds, in every comparison"
-        if all(a in ("reference did not learn", "reference does not recall here") for a in answers):
-            return ("not testable here: the reference " + ("does not recall at this point (its skill there is "
-                    f"below the learned gate's {GateSection.min_skill:g})" if "reference does not recall here" in answers
-                    else "failed the learned gates"))
+        if all(a in NOT_READ[1:] for a in answers):
+            return ("not testable here: the reference " + (
+                "does not recall at this point (its skill there is "
+                f"below the learned gate's {GateSection.min_skill:g})" if "reference does not recall here" in answers
+                else "has no measured skill at this point" if "reference's skill not measured here" in answers
+                else "failed the learned gates"))
         if all(a in NOT_MADE for a in answers):
             return "too few pairs" if "too few pairs" in answers else f"not measured ({claim.endpoint})"
         return f"not testable here: no comparison could be read ({reasons})"

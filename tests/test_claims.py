@@ -7,6 +7,7 @@ import pytest
 
 from experiments import claims
 from experiments.claims import Claim, evaluate
+from experiments.intervals import paired_comparison
 
 
 def _run(layers, seed, final, learned=True, version="code-a", metric="accuracy", skill=None):
@@ -542,11 +543,10 @@ def test_the_shipped_families_match_their_studies_declarations():
     def declared(name):
         """(mixers other than the study's baseline, seeds) of its sweep command, as the sweep reads its grid."""
         spec = load_study(name)
-        argv = shlex.split(spec.commands[0])
-        grid = parse_grid([argv[i + 1] for i, a in enumerate(argv) if a == "--grid"])
-        layers = next(v for k, v in grid.items() if k.split("&")[0] == "model.layers")
-        mixers = {"+".join(re.match(r"\[([\w,]+)\]", v).group(1).split(",")) for v in layers} - {spec.baseline}
-        return mixers, len(grid["seed"])
+        grids = [parse_grid([a[i + 1] for i, x in enumerate(a) if x == "--grid"]) for a in map(shlex.split, spec.commands)]
+        layers = next(v for grid in grids for k, v in grid.items() if k.split("&")[0] == "model.layers")
+        mixers = {"+".join(re.match(r"\[([\w,]+)\]", v).group(1).split(",")) for v in layers} - {spec.baseline.split("|")[0].strip()}
+        return mixers, max(len(grid.get("seed", [])) for grid in grids)
 
     _, shipped = claims.load_claims()
     mixers, seeds = declared("confirm_icr")
@@ -557,6 +557,65 @@ def test_the_shipped_families_match_their_studies_declarations():
     mixers, seeds = declared("confirm_text")
     assert set(of14.against + of14.family_also) == mixers and len(of14.against + of14.family_also) == 7
     assert of14.seeds == seeds
+    (of24,) = [c for c in shipped if c.family == "section 24"]
+    mixers, seeds = declared("cicr_regions")
+    assert set(of24.against + of24.family_also) == mixers == {"vq", "delta", "ssm", "full"} and of24.seeds == seeds == 5
     mixers, seeds = declared("why_forget_confirm")
     (long_horizon,) = [c for c in shipped if c.results == ["results/why_forget_confirm.json"]]
     assert set(long_horizon.against) == mixers and long_horizon.seeds == seeds == 10 and not long_horizon.family
+
+
+def _capacity_pairs(tmp_path, full_skill, full_learned=5, ours_score=0.80, full_score=0.82):
+    """Five pairs at capacity@64 (ours 0.80 + 0.01 s, full attention 0.82 + 0.01 s +- 0.002, chance 0.25:
+    the skill is not the score), full attention's skill at the point ``full_skill`` (a number or a list)."""
+    skills = full_skill if isinstance(full_skill, list) else [full_skill] * 5
+    runs = []
+    for s in range(5):
+        ours = _capacity_run("ovq", s, ours_score + 0.01 * s, "code-a", skill=0.7)
+        full = _capacity_run("full", s, full_score + 0.01 * s + (0.002 if s % 2 else -0.002), "code-a", skill=skills[s])
+        if skills[s] is None:
+            del full["capacity"]["curve"]["points"][0]["skill"]
+        full["learned"] = s < full_learned
+        runs += [ours, full]
+    root = _write(tmp_path, "k.json", runs)
+    return evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/k.json"],
+                          endpoint="capacity@64", margin=0.05, seeds=5), root)
+
+
+def test_as_much_reads_the_reference_skill_not_its_score_at_the_bar_of_the_learned_gate(tmp_path):
+    """The endpoint is the point's score (the difference -0.02 is the scores'); whether the reference recalls
+    is its skill there, at the learned gate's bar of 0.5 inclusive, over the pairs, every one measured."""
+    at_bar = _capacity_pairs(tmp_path, 0.5)
+    assert at_bar.answers == ["yes"] and at_bar.cells[0].startswith("vs full: -0.020 [")
+    assert _capacity_pairs(tmp_path, 0.49).answers == ["reference does not recall here"]     # scores 0.82: skill reads
+    assert _capacity_pairs(tmp_path, 0.2).answers == ["reference does not recall here"]      # not the stream gate's 0.1
+    missing = _capacity_pairs(tmp_path, [0.9, 0.9, 0.9, 0.9, None])                          # one run without it
+    assert missing.answers == ["reference's skill not measured here"]
+    assert missing.verdict == "not testable here: the reference has no measured skill at this point"
+
+
+def test_as_much_needs_a_reference_that_learned_on_most_seeds_and_half_is_not_most(tmp_path):
+    assert _capacity_pairs(tmp_path, 0.9, full_learned=2).answers == ["reference did not learn"]
+    assert _capacity_pairs(tmp_path, 0.9, full_learned=3).answers == ["yes"]
+    runs = [_run("ovq", s, 0.6 + 0.01 * s) for s in range(4)]
+    runs += [{**_run("full", s, 0.61 + 0.01 * s + (0.002 if s % 2 else -0.002)), "learned": s < 2} for s in range(4)]
+    root = _write(tmp_path, "h.json", runs)
+    half = evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/h.json"], margin=0.05, seeds=4), root)
+    assert half.answers == ["yes"]                                    # 2 of 4 failed: not most, read
+
+
+def test_as_much_inside_the_margin_is_inclusive_and_a_near_zero_spread_makes_no_test(tmp_path):
+    runs = [_run("ovq", s, 0.6 + 0.01 * s + (0.01 if s % 2 else -0.01)) for s in range(5)]
+    runs += [_run("full", s, 0.6 + 0.01 * s) for s in range(5)]
+    root = _write(tmp_path, "m.json", runs)
+    claim = Claim("c", "t", kind="as_much", against=["full"], results=["results/m.json"], seeds=5, margin=0.05)
+    result = evaluate(claim, root)
+    c = paired_comparison([0.6 + 0.01 * s + (0.01 if s % 2 else -0.01) for s in range(5)], [0.6 + 0.01 * s for s in range(5)])
+    edge = max(abs(c.low), abs(c.high))
+    assert result.answers == ["yes"] and evaluate(replace(claim, margin=edge), root).answers == ["yes"]
+    # differences equal to within rounding (no t-test, an interval ~1e-16 wide): never "inside the margin"
+    theirs = [0.1, 0.2, 0.7, 0.33]
+    runs = [_run("ovq", s, t + 0.03) for s, t in enumerate(theirs)] + [_run("full", s, t) for s, t in enumerate(theirs)]
+    root = _write(tmp_path, "z.json", runs)
+    flat = evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/z.json"], seeds=4, margin=0.05), root)
+    assert flat.answers == ["no t-test"] and flat.verdict.startswith("undecided")
