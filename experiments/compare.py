@@ -1045,14 +1045,18 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
 
     groups = group_records(records)
     base_key = find_group(groups, baseline)
-    base = {r.replicate: r for r in groups[base_key]}
+    base = latest_per_replicate(groups[base_key])
     rows = []
     for key in sorted(groups):
         if key == base_key or "ovq" in _layers(groups[key][0].params.get("model.layers", "")):
             continue                    # other OVQ configurations are the study's business, not the verdict's
-        others = {r.replicate: r for r in groups[key]}
+        others = latest_per_replicate(groups[key])
         shared = sorted(set(base) & set(others), key=str)
-        pairs = [(others[s], base[s]) for s in shared]
+        # every shared seed paired within one code version where one version covers them all (a seed run
+        # again by a later version then pairs with the version its partner has, whatever the files'
+        # order); else each seed's latest runs, and pairs across versions are the report's to refuse
+        version, within, _, _ = pairs_in_one_version(groups[key], groups[base_key])
+        pairs = within if version is not None and len(within) == len(shared) else [(others[s], base[s]) for s in shared]
         learned = [(a, b) for a, b in pairs if a.learned is not False and b.learned is not False]
         current = bool(pairs) and all(a.summary_current and b.summary_current for a, b in pairs)
 

@@ -338,3 +338,23 @@ def test_words_follow_the_adjusted_p_the_direction_the_gates_and_the_pairs_measu
     _spec_files(tmp_path / "c", monkeypatch, {"c": (runs, "H")})
     assert "| 66K / 20K |" in report.verdict_table(study_specs.all_studies())          # OVQ's first, then the other's
     assert bytes_row.state_bytes == (1000.0, 20480.0)
+
+
+def test_a_seed_run_again_by_a_later_code_pairs_within_one_version_whatever_the_files_order(tmp_path, monkeypatch):
+    """OVQ's seeds run by code-a, then again by code-b; the other mixer's by code-a only: the row pairs
+    within code-a, in either order of the records (once it was refused or not by the order)."""
+    a = [{**_ovq(s), "code_version": "code-a"} for s in range(5)]
+    b = [{**_ovq(s), "code_version": "code-b"} for s in range(5)]
+    other = [{**_write_once(s), "code_version": "code-a"} for s in range(5)]
+    for order in (a + b + other, b + a + other):
+        (tmp_path / "results").mkdir(exist_ok=True)
+        (tmp_path / "studies").mkdir(exist_ok=True)
+        (tmp_path / "results" / "a.json").write_text(json.dumps(order))
+        (tmp_path / "studies" / "a.yaml").write_text(
+            "title: 'a'\ncommands: [\"ovq-cl sweep cfg.yaml --name a --out results\"]\n"
+            "results: [results/a.json]\nbaseline: ovq\nverdict: 'a stream'\nfamily: 'F'\n")
+        monkeypatch.setattr(study_specs, "STUDIES_DIR", str(tmp_path / "studies"))
+        monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+        entries = [e for e in report.verdict_entries(study_specs.all_studies()) if e.row or e.note.startswith("refused")]
+        (entry,) = [e for e in entries if "frozenstate" in (e.row.other if e.row else e.note)]
+        assert entry.row is not None and entry.row.code_versions == {"code-a"} and entry.row.primary.n == 5
