@@ -436,8 +436,8 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
         # a reference whose skill there was not measured has not shown that it recalls
         cmp.answer = "reference does not recall here" if not math.isnan(cmp.reference_skill) else "reference's skill not measured here"
     elif math.isnan(c.p_t) and c.mean_difference != 0:
-        # a zero-width interval from pairs that all differ by the same amount is not evidence of a small
-        # difference: it is too few seeds to see the spread
+        # pairs that all differ by the same amount (to within rounding: no t-test) give a zero-width
+        # interval, which is not evidence of a small difference: it is too few seeds to see the spread
         cmp.answer = "no t-test"
         cmp.cell = (f"vs {name}: every one of {n} pairs differs by {c.mean_difference:+.3f}: no interval "
                     f"(zero variance; margin +-{claim.margin:g})")

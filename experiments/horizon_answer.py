@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from experiments import compare, plateau
-from experiments.intervals import holm, paired_comparison
+from experiments.intervals import holm, holm_bounds, paired_comparison
 
 #: the declared thresholds (study 17): skill on recalled answers for "learns the long task", the level
 #: of the Holm-adjusted test on the final average
@@ -157,8 +157,8 @@ class RecipeRow:
                 return "", f"pending: {self.n_pairs - self.final.n} of its {self.n_pairs} pairs have no final average"
             return "", f"pending ({self.n_pairs} of {max(self.n_standard, self.seeds)} pairs)"
         answers = {}
-        for reading in self.readings():
-            answers.setdefault(self._rule(reading)[0], self._rule(reading))
+        for rule in map(self._rule, self.readings()):
+            answers.setdefault(rule[0], rule)
         if len(answers) == 1:
             letter, reason = next(iter(answers.values()))
         elif self.no_t_test:
@@ -313,9 +313,7 @@ def _adjust(rows: Sequence[RecipeRow]) -> None:
     def own(row: RecipeRow) -> float:
         return 1.0 if row.refused or math.isnan(row.final.p_t) else row.final.p_t
 
-    def p_of(row: RecipeRow, unknown: float) -> float:
-        return own(row) if row.decided and not row.awaits else unknown
-    high, low = holm([p_of(r, 1.0) for r in rows]), holm([p_of(r, 0.0) for r in rows])
+    low, high = holm_bounds([(own(r), own(r)) if r.decided and not r.awaits else (0.0, 1.0) for r in rows])
     so_far = holm([own(r) for r in rows])
     for row, hi, lo, now in zip(rows, high, low, so_far):
         if row.refused or math.isnan(row.final.p_t) or not row.decided:

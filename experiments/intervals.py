@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import stats
@@ -150,6 +150,15 @@ def holm(pvalues: Sequence[float]) -> list:
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         out[i] = running
     return out
+
+
+def holm_bounds(ranges: Sequence[Tuple[float, float]]) -> Tuple[list, list]:
+    """Holm over a family some of whose p-values are not known yet: each test is a range (lo, hi) of the p it
+    can have ((p, p) for a test made, (0, 1) for one still to come or with no t-test to make, (1, 1) for
+    one that counts but can never be read). Returns the adjusted p-values with every test at its lowest and
+    at its highest. Holm's adjusted p is nondecreasing in every p of the family, so whatever the unknowns
+    turn out to be, each test's adjusted p lies between the two: a reading the same at both is final."""
+    return holm([lo for lo, _ in ranges]), holm([hi for _, hi in ranges])
 
 
 def benjamini_hochberg(pvalues: Sequence[float]) -> list:

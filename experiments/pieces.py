@@ -236,12 +236,12 @@ class Check:
         return self.returncode == 0
 
 
-def checkout_of(piece: Piece, project_dir: str) -> str:
-    """The folder a piece runs in: ``../ovq-cl-COMMIT`` beside the project for a pinned piece (what
-    ``experiments/lanes.sh`` uses), the project itself for an unpinned one."""
-    if piece.commit is None:
+def checkout_of(commit: Optional[str], project_dir: str) -> str:
+    """The folder a piece pinned to ``commit`` runs in: ``../ovq-cl-COMMIT`` beside the project (what
+    ``experiments/lanes.sh`` uses), the project itself for an unpinned one (None)."""
+    if commit is None:
         return project_dir
-    return os.path.normpath(os.path.join(project_dir, "..", f"ovq-cl-{piece.commit}"))
+    return os.path.normpath(os.path.join(project_dir, "..", f"ovq-cl-{commit}"))
 
 
 def smoke_overrides_of(checkout: str) -> Tuple[str, ...]:
@@ -249,17 +249,15 @@ def smoke_overrides_of(checkout: str) -> Tuple[str, ...]:
     commit may predate a key this code sets (e.g. a probe added since), which its config would refuse."""
     import subprocess
 
-    from experiments.study import SMOKE_OVERRIDES
-
     python = os.path.join(checkout, ".venv", "bin", "python")
     # experiments.study holds them; code older than that module kept them in experiments.report
     read = ("import json\ntry:\n    from experiments.study import SMOKE_OVERRIDES as o\nexcept ImportError:\n"
             "    from experiments.report import SMOKE_OVERRIDES as o\nprint(json.dumps(list(o)))")
     out = subprocess.run([python, "-c", read], cwd=checkout, capture_output=True, text=True)
-    if out.returncode != 0:
+    if out.returncode != 0 or not out.stdout.strip():
         raise ValueError(f"pieces --check: cannot read the smoke sizes of the code in {checkout}: "
                          f"{(out.stderr.strip().splitlines() or ['(no output)'])[-1]}")
-    return tuple(json.loads(out.stdout.strip().splitlines()[-1])) if out.stdout.strip() else SMOKE_OVERRIDES
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def check_pieces(pieces: Sequence[Piece], spec: StudySpec, project_dir: str, root: str,
@@ -280,22 +278,23 @@ def check_pieces(pieces: Sequence[Piece], spec: StudySpec, project_dir: str, roo
 
     from experiments.study import smoke_command
 
-    chosen = one_per_configuration(pieces)
-    for p in chosen:
-        checkout = checkout_of(p, project_dir)
-        if p.commit is not None and not os.access(os.path.join(checkout, ".venv", "bin", "ovq-cl"), os.X_OK):
-            raise ValueError(f"pieces --check: no checkout of {p.commit} with its .venv at {checkout}: "
-                             f"git worktree add ../ovq-cl-{p.commit} {p.commit} && make -C ../ovq-cl-{p.commit} install")
     from experiments.study import SMOKE_OVERRIDES
 
-    sizes = {p.commit: (smoke_overrides_of(checkout_of(p, project_dir)) if p.commit is not None else SMOKE_OVERRIDES)
-             for p in chosen}
+    chosen = one_per_configuration(pieces)
+    commits = {p.commit for p in chosen if p.commit is not None}
+    for commit in sorted(commits):
+        checkout = checkout_of(commit, project_dir)
+        if not os.access(os.path.join(checkout, ".venv", "bin", "ovq-cl"), os.X_OK):
+            raise ValueError(f"pieces --check: no checkout of {commit} with its .venv at {checkout}: "
+                             f"git worktree add ../ovq-cl-{commit} {commit} && make -C ../ovq-cl-{commit} install")
+    # each checkout's own sizes, read once per commit (a subprocess importing that code)
+    sizes = {None: SMOKE_OVERRIDES, **{c: smoke_overrides_of(checkout_of(c, project_dir)) for c in commits}}
     root = os.path.abspath(root)
     os.makedirs(os.path.join(root, "logs"), exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     checks = []
     for p in chosen:
-        checkout = checkout_of(p, project_dir)
+        checkout = checkout_of(p.commit, project_dir)
         program = ([os.path.join(checkout, ".venv", "bin", "ovq-cl")] if p.commit is not None
                    else [sys.executable, "-m", "experiments.cli"])
         argv = smoke_command(list(p.argv), spec, root, overrides=sizes[p.commit])

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from omegaconf import OmegaConf
 
 from experiments import compare
-from experiments.intervals import holm
+from experiments.intervals import holm, holm_bounds
 from experiments.plateau import GAIN_SHARE, PLATEAU_GAIN, last_quarter_gains
 from experiments.plateau import meta_rows as _meta_rows
 from experiments.plateau import steps_to_gain_share as _steps_to_gain_share
@@ -1038,23 +1038,22 @@ def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[
         missing = max(0, sum(declared.values()) - sum(1 for e in members if e.same_as is None
                                                           and (e.row is not None or e.note.startswith("refused"))))
 
-        def p_of(r, unknown):
-            if r.pending:
-                return unknown
-            return 1.0 if r.primary is None or math.isnan(r.primary.p_t) else r.primary.p_t
         refused = sum(1 for e in members if e.row is None and e.note.startswith("refused"))
-        high = holm([p_of(r, 1.0) for r in counted] + [1.0] * (refused + missing))
-        low = holm([p_of(r, 0.0) for r in counted] + [1.0] * refused + [0.0] * missing)
+        unknown, never = (0.0, 1.0), (1.0, 1.0)
+
+        def primary(r):
+            p = 1.0 if r.primary is None or math.isnan(r.primary.p_t) else r.primary.p_t
+            return unknown if r.pending else (p, p)
+        low, high = holm_bounds([primary(r) for r in counted] + [never] * refused + [unknown] * missing)
         for r, hi, lo in zip(counted, high, low):
             r.p_primary_adjusted, r.p_primary_low = (math.nan, math.nan) if r.pending else (hi, lo)
-        # forgetting (secondary): the tests made, as declared in the findings; rows short of their seeds
-        # and declared tests with no row yet are still to come
-        def f_of(r, unknown):
-            if r.pending:
-                return unknown
-            return r.forgetting.p_t if r.n_pairs >= 2 else math.nan
-        high = holm([f_of(r, 1.0) for r in counted] + [1.0] * missing)
-        low = holm([f_of(r, 0.0) for r in counted] + [0.0] * missing)
+
+        # forgetting (secondary): the tests made, as declared in the findings (one without a test is left
+        # out: NaN); rows short of their seeds and declared tests with no row yet are still to come
+        def forgetting(r):
+            p = r.forgetting.p_t if r.n_pairs >= 2 else math.nan
+            return unknown if r.pending else (p, p)
+        low, high = holm_bounds([forgetting(r) for r in counted] + [unknown] * missing)
         for r, hi, lo in zip(counted, high, low):
             r.p_forgetting_adjusted, r.p_forgetting_low = (math.nan, math.nan) if r.pending else (hi, lo)
     return entries

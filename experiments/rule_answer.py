@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from experiments import compare
-from experiments.intervals import holm, paired_comparison
+from experiments.intervals import holm, holm_bounds, paired_comparison
 from strategies.evaluation.metrics import higher_is_better
 
 ALPHA = 0.05
@@ -107,11 +107,9 @@ class RuleCell:
         return found[0]
 
     def p_range(self) -> Tuple[float, float]:
-        """(lowest, highest) its raw p can be: itself when tested; (0, 1) with no t-test (unknown); NaN
-        before it is complete."""
-        if not self.complete:
-            return math.nan, math.nan
-        if self.untested:
+        """(lowest, highest) its raw p can be: itself when tested; (0, 1) before it is complete or with no
+        t-test (unknown)."""
+        if not self.complete or self.untested:
             return 0.0, 1.0
         p = self.comparison.p_t
         return (1.0, 1.0) if math.isnan(p) else (p, p)
@@ -183,14 +181,9 @@ def _adjust_within_streams(cells: Sequence[RuleCell]) -> None:
     rules = list(dict.fromkeys(c.rule for c in cells))
     for stream in dict.fromkeys(c.stream for c in cells):
         mine = {c.rule: c for c in cells if c.stream == stream}
-        lows, highs = [], []
-        for rule in rules:
-            cell = mine.get(rule)
-            low, high = cell.p_range() if cell is not None else (math.nan, math.nan)
-            lows.append(0.0 if math.isnan(low) else low)
-            highs.append(1.0 if math.isnan(high) else high)
         pending = any(rule not in mine or not mine[rule].complete for rule in rules)
-        for rule, low, high in zip(rules, holm(lows), holm(highs)):
+        lows, highs = holm_bounds([mine[rule].p_range() if rule in mine else (0.0, 1.0) for rule in rules])
+        for rule, low, high in zip(rules, lows, highs):
             cell = mine.get(rule)
             if cell is not None:
                 cell.family_pending = pending
