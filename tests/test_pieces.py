@@ -7,8 +7,10 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -158,6 +160,33 @@ def test_near_its_until_time_a_lane_skips_a_run_that_would_not_end_for_one_that_
     assert (tmp_path / "ran.txt").read_text().split() == ["short", "unknown"]       # in queue order, each once
     assert "nothing left ends before +30 min" in (tmp_path / "queue.txt.log").read_text()
     assert "long" not in (tmp_path / "queue.txt.claimed").read_text()           # left for a later lane
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
+def test_a_line_whose_lane_died_is_run_by_the_next_lane_and_a_line_that_ended_never_twice(tmp_path):
+    """A lane killed mid-run (a session's stop) leaves its claim behind: a later lane on the same queue
+    takes the line again (its run would resume from its checkpoint); a line that ended, even failing, is
+    not run again by any later lane."""
+    ran, flag = tmp_path / "ran.txt", tmp_path / "started"
+    killed = (f"if [ -f {flag} ]; then echo again >> {ran}; else touch {flag}; echo first >> {ran}; sleep 60; fi")
+    failing = f"echo failing >> {ran}; exit 4"
+    queue = tmp_path / "queue.txt"
+    queue.write_text("\n".join("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"p{k}.json"), command])
+                               for k, command in enumerate([killed, failing])) + "\n")
+    first = subprocess.Popen(["bash", LANES, str(queue)], cwd=ROOT, start_new_session=True)
+    for _ in range(200):
+        if flag.exists():
+            break
+        time.sleep(0.05)
+    assert flag.exists()
+    os.killpg(first.pid, signal.SIGKILL)                     # the lane and its run, as a stop kills them
+    first.wait(timeout=30)
+    assert str(first.pid) in (tmp_path / "queue.txt.claimed").read_text()
+    for _ in range(2):
+        lane = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert lane.returncode == 0
+    assert ran.read_text().split() == ["first", "again", "failing"]
+    assert "end rc=4" in (tmp_path / "queue.txt.log").read_text()
 
 
 def test_a_piece_expects_the_longest_wall_time_of_its_configuration_and_writes_it_as_a_comment():
