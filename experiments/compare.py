@@ -971,6 +971,8 @@ class VerdictRow:
     p_primary_low: float = math.nan
     p_forgetting_low: float = math.nan
     declared_seeds: int = 0             # the pairs its study declared (confirmatory); 0: none declared
+    final_means: Tuple[float, float] = (math.nan, math.nan)   # OVQ's, the other's mean final average over the
+                                        # pairs of ``primary`` (what each held, beside their difference)
 
     @property
     def pending(self) -> bool:
@@ -1036,6 +1038,15 @@ class VerdictRow:
 NO_T_TEST = "no t-test (every pair differs by the same amount)"
 
 
+def _pair_means(a: Sequence[float], b: Sequence[float]) -> Tuple[float, float]:
+    """The means of ``a`` and of ``b`` over the pairs where both are finite, as ``paired_comparison``
+    keeps them (NaN for none)."""
+    kept = [(x, y) for x, y in zip(a, b) if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
+    if not kept:
+        return math.nan, math.nan
+    return sum(x for x, _ in kept) / len(kept), sum(y for _, y in kept) / len(kept)
+
+
 def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow]:
     """Every configuration against ``baseline`` (an OVQ configuration): the paired forgetting_max
     difference (other - baseline; positive: the other forgets more) over replicates where both learned,
@@ -1078,6 +1089,8 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
                                learned_by=(sum(b.learned is not False for _, b in pairs),
                                            sum(a.learned is not False for a, _ in pairs)),
                                primary=primary, late_learning=late,
+                               final_means=_pair_means([col(b, "final_average") for _, b in pairs],
+                                                       [col(a, "final_average") for a, _ in pairs]),
                                shared_bytes=(_mean_shared(groups[base_key]), _mean_shared(groups[key])),
                                learned_buffers=(groups[base_key][0].learned_buffers, groups[key][0].learned_buffers),
                                stopped=(stopped_summary([b for _, b in pairs]), stopped_summary([a for a, _ in pairs])),
@@ -1112,7 +1125,8 @@ def _describe(run: RunRecord, baseline: RunRecord) -> str:
     differ = [k for k in sorted(set(run.params) | set(baseline.params))
               if run.params.get(k) != baseline.params.get(k) and k not in SIZING_KEYS
               and not _is_seed_or_bookkeeping(k) and not k.startswith("model.mixers.") and not k.startswith("model.resolved")]
-    extra = ", ".join(f"{k.rsplit('.', 1)[-1]}={run.params.get(k, '-')}" for k in differ)
+    # a param the run does not list has its absent value (no retention loss: 0.0), else "-"
+    extra = ", ".join(f"{k.rsplit('.', 1)[-1]}={run.params.get(k, ABSENT_VALUES.get(k, '-'))}" for k in differ)
     return f"{mixers} ({extra})" if extra else mixers
 
 

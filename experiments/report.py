@@ -848,6 +848,13 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         parts += [f"The declared answer (`{spec.answer}`, applied by `experiments/horizon_answer.py`: per mixer, each "
                   f"configuration matching `{spec.answer_treatment}` against `{spec.within_baseline}`, paired over seeds, "
                   "Holm over the rows):", "", table or "(no pairs yet)", ""]
+    if spec.changed_from:
+        table = changed_table(spec, root)
+        if table:
+            earlier = _study_number(load_study(spec.changed_from).title)
+            parts += [f"What changed in the verdict: this study's verdict rows beside {earlier}'s, mixer by mixer (the "
+                      "verdict table's numbers and words, each row in its own family; the two studies' runs are not "
+                      "paired with each other, so a change is read from the two rows, not tested):", "", table, ""]
     parts += [_matrices(records, raw), ""]
     if spec.findings.strip():
         parts += ["Findings:", "", spec.findings.strip(), ""]
@@ -1112,6 +1119,55 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None, prefix: st
             f"{_kb(r.state_bytes[0])}{_plus(r.shared_bytes[0], 'shared')} / {_kb(r.state_bytes[1])}"
             f"{_plus(r.shared_bytes[1], 'shared')} | {_kb(r.parameters[0])}{_plus(r.learned_buffers[0], 'buffers')} / "
             f"{_kb(r.parameters[1])}{_plus(r.learned_buffers[1], 'buffers')} |")
+    return "\n".join(lines)
+
+
+def _study_number(title: str) -> str:
+    """``"13. Confirmatory: ..."`` -> ``"study 13"`` (the title itself where it has no number)."""
+    head = title.split(".", 1)[0]
+    return f"study {head}" if head.isdigit() else title
+
+
+def changed_table(spec: StudySpec, root: Optional[str] = None) -> str:
+    """What changed in the verdict: the study's verdict rows beside those of ``spec.changed_from``, one line
+    per mixer (the rows' mixers, whatever their recipe), each side as the verdict table prints it: the
+    mean final average of OVQ and the mixer over the row's pairs, OVQ - mixer with its 95% interval and
+    pairs, the word and its Holm p in its own family, forgetting's word, and how many runs stopped
+    learning. The two studies' runs are never paired with each other (other runs, perhaps other seeds
+    and code): a change is read from the two rows side by side, not tested. A mixer with no row, or with
+    several (partitions), in a study says so in that study's cells."""
+    earlier = load_study(spec.changed_from)
+    entries = verdict_entries(all_studies(), root)
+
+    def by_mixer(title: str) -> Dict[str, List[compare.VerdictRow]]:
+        rows: Dict[str, List[compare.VerdictRow]] = {}
+        for e in entries:
+            if e.study == title and e.row is not None and e.same_as is None:
+                rows.setdefault(e.row.other.split(" ")[0], []).append(e.row)
+        return rows
+
+    before, after = by_mixer(earlier.title), by_mixer(spec.title)
+    if not after:
+        return ""
+    b, a = _study_number(earlier.title), _study_number(spec.title)
+
+    def cells(rows: Optional[List[compare.VerdictRow]]) -> List[str]:
+        if not rows:
+            return ["no row"] + ["-"] * 4
+        if len(rows) > 1:
+            return [f"{len(rows)} rows (see the verdict table)"] + ["-"] * 4
+        r = rows[0]
+        p = r.primary
+        holm_p = "" if math.isnan(r.p_primary_adjusted) else f" (Holm p {compare._p(r.p_primary_adjusted)})"
+        return [f"{r.final_means[0]:.3f} / {r.final_means[1]:.3f}",
+                f"{_paired_cell(p, r.higher_is_better)} ({p.n if p else 0})",
+                f"{r.primary_verdict}{holm_p}", r.verdict, f"{r.stopped[0]} / {r.stopped[1]}"]
+
+    head = ["mixer"] + [f"{side}: {what}" for side in (b, a) for what in (
+        "final average, OVQ / mixer", "OVQ - mixer [95% CI] (pairs)", "verdict", "forgetting", "stopped learning, OVQ / mixer")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for mixer in sorted(after):
+        lines.append("| " + " | ".join([mixer] + cells(before.get(mixer)) + cells(after[mixer])) + " |")
     return "\n".join(lines)
 
 

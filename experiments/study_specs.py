@@ -67,6 +67,9 @@ class StudySpec:
     comparable_because: str = ""                         # with the evidence (e.g. ovq-cl report --verify)
     confirmatory: bool = False                           # its verdict rows are confirmatory (declared before the
                                                          # runs, 10 seeds); every other row is exploratory
+    changed_from: Optional[str] = None                   # another study (its file name) whose verdict rows this
+                                                         # study's are read against, mixer by mixer, unpaired
+                                                         # (what changed in the verdict; both with a verdict)
     smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
     smoke_by_config: Dict[str, List[str]] = field(default_factory=dict)   # more, for the commands of one config file
     findings: str = ""
@@ -117,6 +120,12 @@ def load_study(name: str) -> StudySpec:
     stray = sorted(k for k in spec.code if k != "*" and k not in names)
     if stray:
         raise ValueError(f"study {name}: code pins name no sweep of its commands: {stray}")
+    if spec.changed_from is not None:
+        if not spec.verdict:
+            raise ValueError(f"study {name}: changed_from needs verdict rows of its own (verdict:)")
+        if not os.path.exists(os.path.join(STUDIES_DIR, f"{spec.changed_from}.yaml")):
+            raise ValueError(f"study {name}: changed_from names no study: {spec.changed_from!r} "
+                             f"(a file name under {STUDIES_DIR} without .yaml)")
     bad_pairs = [pair for pair in spec.capacity_pairs if len(pair) != 2]
     if bad_pairs:
         raise ValueError(f"study {name}: capacity_pairs are [configuration, baseline] patterns, got {bad_pairs}")

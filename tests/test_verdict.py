@@ -2,6 +2,7 @@
 adjusts each family of tests for their number (Holm) before it says a word."""
 import json
 import math
+import statistics
 
 import pytest
 from scipy import stats
@@ -378,3 +379,45 @@ def test_holm_bounds_hold_the_adjusted_p_whatever_the_unknown_p_values_turn_out_
         actual = holm([rng.uniform(lo, hi) for lo, hi in ranges])
         assert all(lo - 1e-12 <= a <= hi + 1e-12 for lo, a, hi in zip(low, actual, high))
     assert holm_bounds([(0.02, 0.02), (0.0, 1.0)]) == (pytest.approx([0.02, 0.0]), pytest.approx([0.04, 1.0]))
+
+
+def test_what_changed_sets_each_mixers_row_beside_the_earlier_studys_unpaired(tmp_path, monkeypatch):
+    """A study with ``changed_from`` prints, mixer by mixer, the earlier study's verdict row beside its own:
+    the verdict table's words (each in its own family), the mean final averages over each row's pairs, the
+    pairs each used; a mixer the earlier study lacks says "no row"; nothing pairs runs across the two."""
+    earlier = [_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)] + [_final("delta", s, 0.3) for s in range(10)]
+    later = ([_final("ovq", s, 0.9) for s in range(5)] + [_final("delta", s, 0.9 + 0.01 * (-1) ** s) for s in range(5)]
+             + [_final("ssm", s, 0.5 + 0.02 * s) for s in range(5)])
+    _spec_files(tmp_path, monkeypatch, {"a": (earlier, "F"), "b": (later, "G")})
+    studies = tmp_path / "studies"
+    (studies / "a.yaml").write_text((studies / "a.yaml").read_text().replace("title: 'a'", "title: '13. a'"))
+    (studies / "b.yaml").write_text((studies / "b.yaml").read_text().replace("title: 'b'", "title: '23. b'")
+                                    + "changed_from: a\n")
+    spec = study_specs.load_study("b")
+    rows = {e.row.other: e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row}
+    table = report.changed_table(spec).splitlines()
+    assert table[0].startswith("| mixer | study 13: final average, OVQ / mixer") and "study 23: verdict" in table[0]
+    delta, ssm = table[2].split(" | "), table[3].split(" | ")
+    assert delta[0] == "| delta" and delta[1] == f"{statistics.fmean(0.6 + d for d in DIFFS):.3f} / 0.300"
+    assert delta[2].endswith("(10)") and delta[3].startswith("OVQ holds more (Holm p")
+    assert delta[6] == "0.900 / 0.902" and delta[7].endswith("(5)")           # +0.01, -0.01, ... over 5 seeds
+    assert delta[8].startswith("no difference detected")
+    assert ssm[1] == "no row" and ssm[6] == "0.900 / 0.540"
+    # the same words as the verdict table's rows, each in its own family
+    assert rows["ssm"].primary_verdict == "OVQ holds more" and ssm[8].startswith("OVQ holds more (Holm p")
+    assert rows["ssm"].final_means == pytest.approx((0.9, 0.54))
+    # the section prints it; a changed_from without verdict rows, or naming no study, is refused
+    assert "What changed in the verdict: this study's verdict rows beside study 13's" in report.section(spec)
+    (studies / "c.yaml").write_text("title: 'c'\nchanged_from: a\n")
+    with pytest.raises(ValueError, match="changed_from needs verdict rows"):
+        study_specs.load_study("c")
+    (studies / "c.yaml").write_text("title: 'c'\nverdict: 'c'\nchanged_from: nosuch\n")
+    with pytest.raises(ValueError, match="changed_from names no study: 'nosuch'"):
+        study_specs.load_study("c")
+
+
+def test_a_param_a_run_does_not_list_is_named_by_its_absent_value_in_a_rows_label():
+    base = compare.record_from_json({**_final("ovq", 0, 0.5), "params": {**_final("ovq", 0, 0.5)["params"],
+                                                                         "meta_train.retention_loss": "1.0"}})
+    other = compare.record_from_json(_final("linear", 0, 0.5))
+    assert compare._describe(other, base) == "linear (retention_loss=0.0)"
