@@ -63,8 +63,10 @@ The endpoint is one of:
   contexts), lower is better; a pair counts only where both runs' last buckets cover the same positions.
 
 A claim declares its ``seeds`` (the pairs each comparison is to have, the same number its test text
-states); until every comparison has them the verdict is **pending** (the numbers so far are shown,
-the verdict is not read from them); a refused comparison and one whose runs never measured the
+states); until every comparison has them the verdict is **pending** (the numbers so far are shown, with
+a raw p, and no word is read from a comparison short of its pairs; in its Holm family such a test, and
+one without runs, counts at p = 0 and at p = 1, and the other comparisons read a word only where both
+agree); a refused comparison and one whose runs never measured the
 endpoint do not hold it. A run without the measurement gives NaN, which drops its pair; a comparison
 left with no pair says "not measured", one with a single pair "too few pairs", and the verdict says so
 (or "not run yet" when no compared mixer has runs) when no comparison could be made.
@@ -88,7 +90,7 @@ from omegaconf import OmegaConf
 
 from experiments import compare
 from experiments.config import GateSection
-from experiments.intervals import PairedComparison, holm, paired_comparison
+from experiments.intervals import PairedComparison, holm_bounds, paired_comparison
 from strategies.evaluation.metrics import higher_is_better
 
 CLAIMS_FILE = os.path.join(os.path.dirname(__file__), "claims.yaml")
@@ -400,12 +402,28 @@ def _comparisons(claim: Claim, root: str):
     return out, ours[0].metric
 
 
-def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_size: int = 1) -> None:
+def _short(claim: Claim, cmp: Optional[_Comparison]) -> bool:
+    """Whether a declared comparison is still to come: it has no runs yet, or fewer pairs than its claim
+    declares and more runs can add them (its numbers so far are shown, no word is read from them)."""
+    if cmp is None:
+        return bool(claim.seeds)
+    return bool(claim.seeds) and cmp.waits and cmp.count < claim.seeds
+
+
+def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_size: int = 1,
+            p_holm_low: float = math.nan) -> None:
     """The answer and cell of a tested comparison (``cmp.stat`` set), by the claim's kind. ``family_size``:
     the comparisons of its Holm family; an "as much" interval is read at 1 - 0.05 / family_size (95%
-    alone), the Bonferroni share of the family's 5%."""
+    alone), the Bonferroni share of the family's 5%. ``p_holm`` is the adjusted p with the family's tests
+    still to come at p = 1, ``p_holm_low`` at p = 0: a word that differs between the two waits
+    ("pending"), as does every word of a comparison short of its declared pairs (its raw p shown)."""
     c, name = cmp.stat, cmp.name
     n = c.n
+    if _short(claim, cmp) and claim.kind == "more" and not math.isnan(c.p_t):
+        cmp.answer = "pending"
+        cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], p {c.p_t:.2g} unadjusted, "
+                    f"{n} pairs ({cmp.note}): pending ({n} of {claim.seeds} pairs: no word read)")
+        return
     if claim.kind == "more":
         if not (_most(cmp.learned[0], n) or _most(cmp.learned[1], n)):
             # two memories that both failed the learned gates on most seeds: their difference is about
@@ -416,6 +434,12 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
             # and a difference whose spread is unknown is neither a "yes" nor "no difference"
             cmp.answer = "no t-test"
             cmp.cell = f"vs {name}: every one of {n} pairs differs by {c.mean_difference:+.3f}: no t-test (zero variance)"
+            return
+        elif not math.isnan(p_holm_low) and (p_holm_low < 0.05) != (p_holm < 0.05):
+            cmp.answer = "pending"
+            cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], Holm p "
+                        f"{p_holm_low:.2g}-{p_holm:.2g}, {n} pairs ({cmp.note}): pending (tests of its Holm family "
+                        "still to come could move its p)")
             return
         else:
             better = c.mean_difference > 0 if higher else c.mean_difference < 0
@@ -444,6 +468,8 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
         return
     else:
         cmp.answer = "yes" if -claim.margin <= c.low and c.high <= claim.margin else "no"
+    if _short(claim, cmp) and cmp.answer in READ:
+        cmp.answer = "pending"
     skill = (f"; {name}'s skill there {cmp.reference_skill:.2f}" if not math.isnan(cmp.reference_skill) else "")
     interval = "" if level == 0.95 else f" ({level:.1%} interval: a family of {family_size})"
     # a "no" is either a difference beyond the margin or an interval too wide to show a match: said apart
@@ -451,8 +477,9 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
     if cmp.answer == "no":
         why = (" (the whole interval beyond the margin)" if c.low > claim.margin or c.high < -claim.margin
                else " (the interval reaches past the margin: a match is not shown, nor a difference beyond it)")
+    said = f"pending ({n} of {claim.seeds} pairs: no word read)" if cmp.answer == "pending" else cmp.answer + why
     cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{interval} (margin "
-                f"+-{claim.margin:g}), {n} pairs ({cmp.note}{skill}): {cmp.answer}{why}")
+                f"+-{claim.margin:g}), {n} pairs ({cmp.note}{skill}): {said}")
 
 
 READ = ("yes", "no", "no difference", "opposite")
@@ -516,8 +543,12 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
     claim alone. Every declared comparison of the family counts in it: one without a t-test, and each of
     a member claim's comparisons while it has no runs, as p = 1, so that the data cannot shrink a declared
     family and turn another comparison's "no difference" into "yes". A test two rows show counts once,
-    and a member's ``family_also`` (the declared family's tests no row shows) counts too. A family's verdicts wait until every
-    member has its declared pairs (a member still pending would move the others' adjusted p)."""
+    and a member's ``family_also`` (the declared family's tests no row shows) counts too. A declared test
+    still to come (no runs yet, or fewer pairs than its claim declares) has no p yet: the adjustment is
+    made with it at p = 1 (the Holm p shown) and at p = 0, and a comparison's word is read only where both
+    agree (``intervals.holm_bounds``); a comparison short of its pairs says no word at all. A family's
+    verdicts wait until every member has its declared pairs (a member still pending would move the
+    others' adjusted p)."""
     staged = [_comparisons(c, root) for c in claims]
     # the family's tests no row shows (family_also): made like the shown ones, adjusted with them, never printed
     unshown = [(_comparisons(replace(c, against=list(c.family_also)), root)[0] if c.family_also else [])
@@ -527,24 +558,33 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
         if claim.kind in ("more", "as_much"):
             families.setdefault(claim.family or f"#{i}", []).append(i)
     p_holm: Dict[int, float] = {}
+    p_holm_low: Dict[int, float] = {}
     size: Dict[int, int] = {}
     for members in families.values():
         # one p per distinct test: two rows that show the same comparison (ours against one mixer, on the
-        # same records and endpoint) count it once, as the study declared it once
-        tests: Dict[tuple, float] = {}
+        # same records and endpoint) count it once, as the study declared it once. Each test's p as a
+        # range: known (p, p); made without a t-test, or never to be made, (1, 1); still to come (0, 1)
+        tests: Dict[tuple, tuple] = {}
         shown: Dict[tuple, List[_Comparison]] = {}
         for i in members:
             names = list(claims[i].against) + list(claims[i].family_also)
             made = (staged[i][0] or [None] * len(claims[i].against)) + (unshown[i] or [None] * len(claims[i].family_also))
             for k, (name, m) in enumerate(zip(names, made)):
                 key = _test_key(claims[i], name)
-                tests.setdefault(key, 1.0 if m is None or m.stat is None or math.isnan(m.stat.p_t) else m.stat.p_t)
+                if _short(claims[i], m):
+                    p = (0.0, 1.0)
+                elif m is None or m.stat is None or math.isnan(m.stat.p_t):
+                    p = (1.0, 1.0)
+                else:
+                    p = (m.stat.p_t, m.stat.p_t)
+                tests.setdefault(key, p)
                 if m is not None and k < len(claims[i].against):
                     shown.setdefault(key, []).append(m)
         keys = list(tests)
-        for key, p in zip(keys, holm([tests[k] for k in keys])):
+        low, high = holm_bounds([tests[k] for k in keys])
+        for key, lo, hi in zip(keys, low, high):
             for m in shown.get(key, []):
-                p_holm[id(m)] = p
+                p_holm[id(m)], p_holm_low[id(m)] = hi, lo
         for i in members:
             size[i] = len(keys)
     verdicts: List[ClaimResult] = []
@@ -555,7 +595,8 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
         if claim.kind in ("more", "as_much"):
             for m in comparisons:
                 if m.stat is not None:
-                    _answer(claim, m, p_holm[id(m)], _higher_is_better(claim.endpoint, metric_or_verdict), size[i])
+                    _answer(claim, m, p_holm[id(m)], _higher_is_better(claim.endpoint, metric_or_verdict), size[i],
+                            p_holm_low[id(m)])
                     m.cell += m.beside
         verdicts.append(ClaimResult(claim, [m.cell for m in comparisons], [m.answer for m in comparisons],
                                     _verdict(claim, comparisons)))

@@ -619,3 +619,29 @@ def test_as_much_inside_the_margin_is_inclusive_and_a_near_zero_spread_makes_no_
     root = _write(tmp_path, "z.json", runs)
     flat = evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/z.json"], seeds=4, margin=0.05), root)
     assert flat.answers == ["no t-test"] and flat.verdict.startswith("undecided")
+
+
+DIFFS = [0.022, -0.008, 0.032, 0.002, 0.027, -0.003, 0.022, 0.012, 0.017, -0.008]     # ours - theirs: raw p 0.036
+
+
+def test_a_comparison_short_of_its_pairs_reads_no_word_nor_one_its_family_could_still_move(tmp_path):
+    """A declared family of two, 10 pairs each: ssm complete at raw p 0.036, vq at 3 of 10 pairs. vq's cell
+    shows its numbers and raw p and no word; ssm's word waits, since with vq still to come its Holm p lies
+    between 0.036 (vq at p = 0: 'yes') and 0.073 (vq at p = 1: 'no difference'). Once vq has its 10 pairs
+    (far from significant) both are read over the family of two."""
+    runs = [_run("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)] + [_run("ssm", s, 0.6) for s in range(10)]
+    vq = [_run("vq", s, 0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)]
+    claim = Claim("c", "t", against=["ssm", "vq"], results=["results/p.json"], seeds=10)
+    root = _write(tmp_path, "p.json", runs + vq[:3])
+    result = evaluate(claim, root)
+    assert result.answers == ["pending", "pending"] and result.verdict.startswith("pending (3 of 10 pairs")
+    assert result.cells[0].endswith("pending (tests of its Holm family still to come could move its p)")
+    assert "Holm p 0.036-0.073, 10 pairs" in result.cells[0]
+    assert "unadjusted, 3 pairs" in result.cells[1] and result.cells[1].endswith("pending (3 of 10 pairs: no word read)")
+    # an "as much" comparison short of its pairs reads no word either
+    near = evaluate(replace(claim, kind="as_much", against=["vq"], margin=1.0), root)
+    assert near.answers == ["pending"] and near.cells[0].endswith("pending (3 of 10 pairs: no word read)")
+    (tmp_path / "done").mkdir()
+    done = evaluate(claim, _write(tmp_path / "done", "p.json", runs + vq))
+    assert done.answers == ["no difference", "no difference"] and "Holm p 0.073" in done.cells[0]
+    assert done.verdict == "not reproduced"
