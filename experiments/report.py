@@ -69,7 +69,20 @@ How to read the tables (definitions in `docs/measurement.md`):
   The findings of sections 1-12 were written before the correction and then re-read against it: each
   raw p they quote has the Holm p of its paired table beside it, and a difference that does not
   survive is no longer stated as one.
+- **Wall times** are this project's 2-core CPU machine's, one thread per run. A run stopped (a session's
+  end) and resumed from its checkpoint counts each attempt's time up to the checkpoint the next resumed
+  from, and says how many attempts it took; records made before 2026-12-05 have no `attempts` and count
+  only their last attempt's time, so a resumed run among them shows less than it took.
 """
+
+
+def _attempts_note(raw: List[Dict[str, Any]]) -> str:
+    """" N of them resumed after a stop (...)." where records say they took more than one attempt."""
+    resumed = [d["attempts"] for d in raw if int(d.get("attempts", 1)) > 1]
+    if not resumed:
+        return ""
+    return (f" {len(resumed)} of them resumed after a stop ({sum(resumed)} attempts; each attempt's time up to the "
+            "checkpoint the next resumed from is counted).")
 
 
 def code_versions_line(raw: List[Dict[str, Any]]) -> str:
@@ -763,7 +776,7 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         parts += [f"{len(raw)} runs, wall time per run {statistics.fmean(walls):.0f} s mean "
                   f"({min(walls):.0f}-{max(walls):.0f} s), {sum(walls) / 3600:.1f} h in all, on this project's "
                   "2-core CPU machine (a run shares its meta-training with runs that meta-train the same: "
-                  "those take less).", ""]
+                  "those take less)." + _attempts_note(raw), ""]
     parts += [code_versions_line(raw), ""]
     every_run = records                 # the paired capacity table chooses its own code version
     records, version_notes = _one_run_per_replicate(records)

@@ -42,7 +42,8 @@ class RunResult:
     position: Dict[str, Any] = field(default_factory=dict)       # position curves per domain ({} if not measured)
     parameters: int = 0
     state_bytes_per_lane: List[float] = field(default_factory=list)
-    wall_seconds: float = math.nan
+    wall_seconds: float = math.nan         # every attempt's, up to the checkpoint the next resumed from
+    attempts: int = 1                      # processes that ran it (a resumed run: more than one)
     artifact_uri: Optional[str] = None
     code_version: Optional[str] = None     # experiments.code_version of the code that ran it (None: not recorded)
     # where and how it ran: git commit and whether the tree was dirty, torch/python versions, host, the
@@ -63,7 +64,8 @@ class RunResult:
                    interference=d.get("interference", {}), capacity=d.get("capacity", {}),
                    position=d.get("position", {}), parameters=d.get("parameters", 0),
                    state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
-                   wall_seconds=d.get("wall_seconds", math.nan), artifact_uri=d.get("artifact_uri"),
+                   wall_seconds=d.get("wall_seconds", math.nan), attempts=d.get("attempts", 1),
+                   artifact_uri=d.get("artifact_uri"),
                    code_version=d.get("code_version"), provenance=d.get("provenance", {}),
                    shared_bytes_per_layer=d.get("shared_bytes_per_layer", []), learned_buffers=d.get("learned_buffers", 0))
 
@@ -88,7 +90,8 @@ class RunResult:
             "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
             "state_bytes": self.state_bytes,
             "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,
-            "wall_seconds": self.wall_seconds, "artifact_uri": self.artifact_uri, "code_version": self.code_version,
+            "wall_seconds": self.wall_seconds, "attempts": self.attempts, "artifact_uri": self.artifact_uri,
+            "code_version": self.code_version,
             "provenance": self.provenance, "shared_bytes_per_layer": self.shared_bytes_per_layer,
             "learned_buffers": self.learned_buffers,
         }

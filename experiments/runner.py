@@ -192,6 +192,16 @@ class Session:
     delay: Dict[str, Any] = field(default_factory=dict)
     interference: Dict[str, Any] = field(default_factory=dict)
     capacity: Dict[str, Any] = field(default_factory=dict)
+    # the run's wall time across attempts: this attempt began at ``started`` (time.perf_counter); earlier
+    # attempts had spent ``wall_before`` seconds up to the checkpoint this one resumed from (their work
+    # after it, lost with them, is not counted); ``attempts``: this one included
+    started: float = field(default_factory=time.perf_counter)
+    wall_before: float = 0.0
+    attempts: int = 1
+
+    def wall_seconds(self) -> float:
+        """Seconds the run has taken so far, every attempt's up to its last checkpoint and this one's."""
+        return self.wall_before + time.perf_counter() - self.started
 
 
 # ------------------------------------------------------------------------------------ the protocol
@@ -232,8 +242,12 @@ def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, star
         return RunResult.from_record(resolved.config, opening.finished, resolved.checkpoint_path)
     with _tracker(resolved, parent_run_id, opening) as tracker:
         session = new_session(resolved, tracker, resolved.stream_model if opening.in_stream else resolved.config.model)
+        session.started = started
         if opening.checkpoint is None:
             _announce_new(resolved, tracker, announce)
+        else:                                 # a resume: the earlier attempts' time (older checkpoints: none)
+            session.wall_before = float(opening.checkpoint["extra"].get("wall_seconds", 0.0))
+            session.attempts = int(opening.checkpoint["extra"].get("attempts", 1)) + 1
         tracker.set_tags({"world_size": resolved.world_size})     # of this attempt (a resume may differ)
         if opening.in_stream:
             restore(session, opening.checkpoint, tracker)
@@ -254,7 +268,7 @@ def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, star
             return RunStopped(resolved.config, stopped, tracker.run_id,
                               resolved.checkpoint_path if resolved.checkpoints else None)
         tracker.delete_tags(STALE_TAGS)                # what a killed or stopped attempt left
-        result = finish(resolved, session, tracker, time.perf_counter() - started)
+        result = finish(resolved, session, tracker, session.wall_seconds())
         if resolved.checkpoints:                      # a finished run is reused by an identical one
             save(resolved, session, tracker, extra={"result": result.record()})
         return result
@@ -525,6 +539,7 @@ def after_meta(run: ResolvedRun, session: Session, tracker) -> Session:
         set_rng_state(state)
     new.model.load_state_dict(session.model.state_dict())
     new.meta_history = session.meta_history
+    new.started, new.wall_before, new.attempts = session.started, session.wall_before, session.attempts
     tracker.set_tags({"after_meta.model": json.dumps(cfg.after_meta.model, sort_keys=True, default=str)})
     return new
 
@@ -794,8 +809,8 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         capacity=session.capacity, position=position_record(run, session, tracker),
         parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
-        wall_seconds=wall_seconds, artifact_uri=None if tracker.run_id is None else tracker.artifact_uri,
-        code_version=run.code_version, provenance=provenance(run, tracker),
+        wall_seconds=wall_seconds, attempts=session.attempts,
+        artifact_uri=None if tracker.run_id is None else tracker.artifact_uri, code_version=run.code_version, provenance=provenance(run, tracker),
         shared_bytes_per_layer=shared_memory_bytes(session.model), learned_buffers=n_learned_buffers(session.model),
     )
     record = result.record()
@@ -844,7 +859,8 @@ def save(run: ResolvedRun, session: Session, tracker, extra: Optional[Dict[str, 
                  "meta_history": session.meta_history, "gate": session.gate, "delay": session.delay,
                  "interference": session.interference, "capacity": session.capacity},
         extra={"run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
-               "plugins": plugin_states(session.strategy.plugins), **(extra or {})},
+               "plugins": plugin_states(session.strategy.plugins), "wall_seconds": session.wall_seconds(),
+               "attempts": session.attempts, **(extra or {})},
     )
 
 

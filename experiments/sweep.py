@@ -202,8 +202,10 @@ def merge_record_files(out: str, inputs: Sequence[str]) -> Tuple[int, int]:
 
 
 def _result_of(record: dict) -> dict:
-    """A record less what says where, when and how long it ran (one run reused elsewhere differs there)."""
-    return {k: v for k, v in record.items() if k not in ("run_id", "artifact_uri", "wall_seconds", "provenance")}
+    """A record less what says where, when, how long and in how many attempts it ran (one run reused
+    elsewhere, or resumed, differs there)."""
+    return {k: v for k, v in record.items()
+            if k not in ("run_id", "artifact_uri", "wall_seconds", "attempts", "provenance")}
 
 
 def _identities_and_records(configs, path: str, rerun: bool, announce):

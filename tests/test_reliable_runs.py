@@ -56,6 +56,24 @@ def test_resuming_with_a_harmless_setting_changed_finishes_the_same_run(tmp_path
     assert row["params"]["progress"] == "None"           # params are the first run's; nothing clashed
 
 
+def test_a_resumed_runs_wall_time_counts_its_earlier_attempt_up_to_the_checkpoint(tmp_path, store):
+    """A run stopped after experience 0 and resumed: its record says 2 attempts and a wall time that holds
+    the first attempt's seconds up to its checkpoint (stored there), not the second attempt's alone."""
+    import torch
+
+    run(cfg_in(tmp_path, "wall", store), stop_after=0)
+    (path,) = glob.glob(str(tmp_path / "ckpt" / "*" / "last.pt"))
+    first = torch.load(path, weights_only=False)["extra"]
+    assert first["attempts"] == 1 and first["wall_seconds"] > 0
+    began = time.perf_counter()
+    resumed = run(cfg_in(tmp_path, "wall", store))
+    second = time.perf_counter() - began
+    assert resumed.attempts == 2 and resumed.record()["attempts"] == 2
+    assert first["wall_seconds"] < resumed.wall_seconds <= first["wall_seconds"] + second
+    fresh = run(cfg_in(tmp_path, "wall", store, seed=1))           # another run, in one attempt
+    assert fresh.attempts == 1
+
+
 def test_two_stores_keep_their_own_checkpoints_and_both_resume(tmp_path, store, new_store):
     """Running a config against another store (a shell with MLFLOW_TRACKING_URI set) never touches the
     first store's checkpoint: each store's unfinished run resumes in it, each finished run is reused in

@@ -55,6 +55,17 @@ def test_a_study_section_has_every_table_and_label(study):
     assert "layers=['linear']: mean R[j][i] over 3 runs, mean per-cell s.e. 0.020  [NOT LEARNED" in text
 
 
+def test_a_section_says_how_many_of_its_runs_resumed_after_a_stop(tmp_path, monkeypatch):
+    runs = [_run("ovq", s, [[1.0, 0.0], [0.9, 0.95]]) for s in range(3)]
+    runs[1]["attempts"], runs[2]["attempts"] = 3, 1
+    _study_folder(tmp_path, monkeypatch, "toy", runs, "title: 'Toy'\nbaseline: ovq\n")
+    assert "3 runs, wall time per run 30 s" in report.section(study_specs.load_study("toy"))
+    assert "1 of them resumed after a stop (3 attempts;" in report.section(study_specs.load_study("toy"))
+    runs[1]["attempts"] = 1
+    (tmp_path / "results" / "toy.json").write_text(json.dumps(runs))
+    assert "resumed after a stop" not in report.section(study_specs.load_study("toy"))
+
+
 def test_write_report_and_unknown_study(study):
     path = report.write_report(str(study / "RESULTS.md"))
     text = open(path).read()
