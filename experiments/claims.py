@@ -419,9 +419,11 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
     ("pending"), as does every word of a comparison short of its declared pairs (its raw p shown)."""
     c, name = cmp.stat, cmp.name
     n = c.n
-    if _short(claim, cmp) and claim.kind == "more" and not math.isnan(c.p_t):
+    if _short(claim, cmp) and claim.kind == "more":
         cmp.answer = "pending"
-        cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], p {c.p_t:.2g} unadjusted, "
+        p = ("no t-test so far (every pair differs by the same amount)" if math.isnan(c.p_t)
+             else f"p {c.p_t:.2g} unadjusted")
+        cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], {p}, "
                     f"{n} pairs ({cmp.note}): pending ({n} of {claim.seeds} pairs: no word read)")
         return
     if claim.kind == "more":
@@ -502,6 +504,8 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
     if claim.seeds and waiting and min(waiting) < claim.seeds:
         return (f"pending ({min(waiting)} of {claim.seeds} {'seeds' if claim.kind == 'fails_to_learn' else 'pairs'} "
                 "in the comparison with fewest)")
+    if "pending" in answers:      # complete, but its Holm family's tests still to come could move its word
+        return "pending (tests of its Holm family still to come could move a comparison's word)"
     refused = sum(a == "refused" for a in answers)
     if refused:
         return (f"incomplete: {refused} of {n} comparisons refused (no seed run by both within one code "

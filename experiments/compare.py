@@ -1123,7 +1123,8 @@ def _describe(run: RunRecord, baseline: RunRecord) -> str:
     sizing and bookkeeping aside: ``delta``, ``full``, ``ssm (chunk_size=8)``."""
     mixers = "+".join(_layers(run.params.get("model.layers", "")))
     differ = [k for k in sorted(set(run.params) | set(baseline.params))
-              if run.params.get(k) != baseline.params.get(k) and k not in SIZING_KEYS
+              if run.params.get(k, ABSENT_VALUES.get(k)) != baseline.params.get(k, ABSENT_VALUES.get(k))
+              and k not in SIZING_KEYS
               and not _is_seed_or_bookkeeping(k) and not k.startswith("model.mixers.") and not k.startswith("model.resolved")]
     # a param the run does not list has its absent value (no retention loss: 0.0), else "-"
     extra = ", ".join(f"{k.rsplit('.', 1)[-1]}={run.params.get(k, ABSENT_VALUES.get(k, '-'))}" for k in differ)

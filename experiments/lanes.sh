@@ -3,12 +3,16 @@
 # with one thread, from the checkout its commit names (../ovq-cl-COMMIT beside this one, with its own
 # .venv; this checkout for "-"), and merges each finished piece's record into the study's file here
 # (`ovq-cl merge`), so that a finished run is kept the moment it ends. Start it twice on one queue for
-# two lanes: a line is claimed under a lock, once. Lines may be added or reordered while lanes run.
+# two lanes. Lines may be added or reordered while lanes run.
 #   usage: experiments/lanes.sh QUEUE [UNTIL]    (logs: QUEUE.log, one per run: QUEUE.<pid>.<n>.log)
-# A claim names its lane (QUEUE.claimed: PID<TAB>LINE) and a line that ended, well or not, is written to
-# QUEUE.ended: a line whose lane died with it (a killed lane, a machine stopped mid-run) is claimable again,
-# so a later lane on the same queue picks it up (its run resumes from its last checkpoint), while a line
-# that ended is never run twice.
+# A line is taken while its lock (QUEUE.locks/<checksum of the line>) is held: the lane takes it under the
+# queue's lock and its run inherits it, so it is held while the lane or its run lives, and released when
+# both have ended, however they end (the kernel drops a dead process's locks). A line that ended, well or
+# not, is written to QUEUE.ended and never run again; a line whose lane and run died (a machine stopped
+# mid-run) is free, and the next lane on the queue runs it again (its run resumes from its last
+# checkpoint); a lane killed alone leaves its run going and its line taken. QUEUE.claimed logs the claims
+# (PID<TAB>LINE); it decides nothing. (Lanes of this script from before 2026-12-05 take no line locks:
+# never run them beside these on one queue.)
 # UNTIL (any time `date -d` reads, e.g. 18:10 or "+170 min"): the time the runs must end by (a session's
 # end: a run still going then is lost). A line is claimed only if its expected wall time (the "# ~M min"
 # that `ovq-cl pieces` writes from the study's finished runs) ends before UNTIL, so a lane near the end
@@ -28,44 +32,49 @@ until=""
 if [ -n "${2:-}" ]; then
   until=$(date -d "$2" +%s 2>/dev/null) || { echo "lanes: UNTIL $2: not a time date -d reads (e.g. 17:20, '+90 min')"; exit 2; }
 fi
+mkdir -p "$queue.locks"
 touch "$queue.claimed" "$queue.ended"
+exec {queue_lock}>"$queue.lock"
 n=0
 while true; do
   if [ -n "$until" ] && [ "$(date +%s)" -ge "$until" ]; then
     echo "$(date -u +%FT%TZ) lane $$: past $2, claiming nothing more" >> "$queue.log"; exit 0
   fi
-  line=$(flock "$queue.lock" bash -c '
-    now=$(date +%s)
-    alive() {    # a lane of this script still running as that PID (where /proc can say; else any process)
-      if [ -d /proc/self ]; then [ -r "/proc/$1/cmdline" ] && tr "\0" " " < "/proc/$1/cmdline" | grep -q "lanes\.sh"
-      else kill -0 "$1" 2> /dev/null; fi
-    }
-    while IFS= read -r l; do
-      case "$l" in ""|"#"*) continue;; esac
-      grep -qxF -- "$l" "$1.ended" && continue
-      taken=""
-      for pid in $(L="$l" awk -F "\t" "{ i = index(\$0, \"\t\"); if (substr(\$0, i + 1) == ENVIRON[\"L\"]) print \$1 }" "$1.claimed"); do
-        case "$pid" in *[!0-9]*|"") continue;; esac
-        alive "$pid" && taken=1
-      done
-      [ -n "$taken" ] && continue
-      if [ -n "$2" ]; then
-        minutes=$(printf "%s" "$l" | sed -n "s/.*# ~\([0-9][0-9]*\) min$/\1/p")
-        [ -n "$minutes" ] && [ $((now + minutes * 60)) -gt "$2" ] && continue    # would not end in time
-      fi
-      printf "%s\t%s\n" "$3" "$l" >> "$1.claimed"; printf "%s" "$l"; break
-    done < "$1"' _ "$queue" "$until" "$$")
+  line="" line_lock=""
+  flock "$queue_lock"
+  now=$(date +%s)
+  while IFS= read -r l; do
+    case "$l" in ""|"#"*) continue;; esac
+    grep -qxF -- "$l" "$queue.ended" && continue
+    if [ -n "$until" ]; then
+      minutes=$(printf "%s" "$l" | sed -n "s/.*# ~\([0-9][0-9]*\) min$/\1/p")
+      [ -n "$minutes" ] && [ $((now + minutes * 60)) -gt "$until" ] && continue    # would not end in time
+    fi
+    exec {fd}>"$queue.locks/$(printf "%s" "$l" | cksum | tr ' ' '-')"
+    if flock -n "$fd"; then                  # free: neither a lane nor a run holds it
+      line=$l line_lock=$fd
+      printf "%s\t%s\n" "$$" "$l" >> "$queue.claimed"
+      break
+    fi
+    exec {fd}>&-                             # taken
+  done < "$queue"
+  flock -u "$queue_lock"
   [ -z "$line" ] && { echo "$(date -u +%FT%TZ) lane $$: queue done${until:+ (or nothing left ends before $2)}" >> "$queue.log"; exit 0; }
   IFS=$'\t' read -r commit study_file piece_file command <<< "$line"
   dir=$here; [ "$commit" != "-" ] && dir=$here/../ovq-cl-$commit
   n=$((n + 1)); log="$queue.$$.$n.log"
   echo "$(date -u +%FT%TZ) lane $$ start ($log): $command" >> "$queue.log"
-  ( cd "$dir" && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$dir/.venv/bin:$PATH" bash -c "$command" ) > "$log" 2>&1
+  # the run inherits the line's lock (not the queue's): the line stays taken while the run lives
+  ( cd "$dir" && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$dir/.venv/bin:$PATH" bash -c "$command" ) \
+    > "$log" 2>&1 {queue_lock}>&-
   rc=$?
   case "$piece_file" in /*) made=$piece_file;; *) made=$dir/$piece_file;; esac
   if [ $rc -eq 0 ] && [ -f "$made" ]; then
-    (cd "$here" && .venv/bin/ovq-cl merge "$study_file" "$made") >> "$log" 2>&1; rc=$?
+    (cd "$here" && .venv/bin/ovq-cl merge "$study_file" "$made") >> "$log" 2>&1 {queue_lock}>&-; rc=$?
   fi
-  flock "$queue.lock" bash -c 'printf "%s\n" "$2" >> "$1.ended"' _ "$queue" "$line"
+  flock "$queue_lock"
+  printf "%s\n" "$line" >> "$queue.ended"      # ended before its lock is let go: no lane takes it between
+  flock -u "$queue_lock"
+  exec {line_lock}>&-
   echo "$(date -u +%FT%TZ) lane $$ end rc=$rc: $command" >> "$queue.log"
 done

@@ -77,12 +77,18 @@ How to read the tables (definitions in `docs/measurement.md`):
 
 
 def _attempts_note(raw: List[Dict[str, Any]]) -> str:
-    """" N of them resumed after a stop (...)." where records say they took more than one attempt."""
-    resumed = [d["attempts"] for d in raw if int(d.get("attempts", 1)) > 1]
-    if not resumed:
-        return ""
-    return (f" {len(resumed)} of them resumed after a stop ({sum(resumed)} attempts; each attempt's time up to the "
-            "checkpoint the next resumed from is counted).")
+    """" N of them resumed after a stop (...)." where records say they took more than one attempt, and how
+    many resumed from a checkpoint that kept no time (``attempts`` null: their earlier time is missing)."""
+    resumed = [d["attempts"] for d in raw if "attempts" in d and d["attempts"] is not None and int(d["attempts"]) > 1]
+    unknown = sum(1 for d in raw if "attempts" in d and d["attempts"] is None)
+    note = ""
+    if resumed:
+        note += (f" {len(resumed)} of them resumed after a stop ({sum(resumed)} attempts; each attempt's time up to "
+                 "the checkpoint the next resumed from is counted).")
+    if unknown:
+        note += (f" {unknown} resumed from a checkpoint that kept no time: their wall time leaves out the attempts "
+                 "before it.")
+    return note
 
 
 def code_versions_line(raw: List[Dict[str, Any]]) -> str:
@@ -1147,16 +1153,22 @@ def changed_table(spec: StudySpec, root: Optional[str] = None) -> str:
     mean final average of OVQ and the mixer over the row's pairs, OVQ - mixer with its 95% interval and
     pairs, the word and its Holm p in its own family, forgetting's word, and how many runs stopped
     learning. The two studies' runs are never paired with each other (other runs, perhaps other seeds
-    and code): a change is read from the two rows side by side, not tested. A mixer with no row, or with
-    several (partitions), in a study says so in that study's cells."""
+    and code): a change is read from the two rows side by side, not tested. Every mixer of either study
+    has a line; one with no row, a refused row, or several rows (partitions) in a study says so in that
+    study's cells."""
     earlier = load_study(spec.changed_from)
     entries = verdict_entries(all_studies(), root)
 
-    def by_mixer(title: str) -> Dict[str, List[compare.VerdictRow]]:
-        rows: Dict[str, List[compare.VerdictRow]] = {}
+    def by_mixer(title: str) -> Dict[str, list]:
+        """mixer -> its rows (a VerdictRow, or the note of a refused one; a repeat of an earlier row left out)."""
+        rows: Dict[str, list] = {}
         for e in entries:
-            if e.study == title and e.row is not None and e.same_as is None:
+            if e.study != title or e.same_as is not None:
+                continue
+            if e.row is not None:
                 rows.setdefault(e.row.other.split(" ")[0], []).append(e.row)
+            elif e.note.startswith("refused ("):
+                rows.setdefault(e.note[len("refused ("):].split(")", 1)[0].split(" ")[0], []).append(e.note)
         return rows
 
     before, after = by_mixer(earlier.title), by_mixer(spec.title)
@@ -1164,23 +1176,28 @@ def changed_table(spec: StudySpec, root: Optional[str] = None) -> str:
         return ""
     b, a = _study_number(earlier.title), _study_number(spec.title)
 
-    def cells(rows: Optional[List[compare.VerdictRow]]) -> List[str]:
+    def mean(x: float) -> str:
+        return "-" if math.isnan(x) else f"{x:.3f}"
+
+    def cells(rows: Optional[list]) -> List[str]:
         if not rows:
             return ["no row"] + ["-"] * 4
         if len(rows) > 1:
             return [f"{len(rows)} rows (see the verdict table)"] + ["-"] * 4
         r = rows[0]
+        if isinstance(r, str):                    # refused: pairs of code versions not declared comparable
+            return ["refused (see the verdict table)"] + ["-"] * 4
         p = r.primary
         holm_p = "" if math.isnan(r.p_primary_adjusted) else f" (Holm p {compare._p(r.p_primary_adjusted)})"
-        return [f"{r.final_means[0]:.3f} / {r.final_means[1]:.3f}",
-                f"{_paired_cell(p, r.higher_is_better)} ({p.n if p else 0})",
+        return [f"{mean(r.final_means[0])} / {mean(r.final_means[1])}",
+                f"{_paired_cell(p, r.higher_is_better)} ({p.n if p else 0})" if p is not None else "-",
                 f"{r.primary_verdict}{holm_p}", r.verdict, f"{r.stopped[0]} / {r.stopped[1]}"]
 
     head = ["mixer"] + [f"{side}: {what}" for side in (b, a) for what in (
         "final average, OVQ / mixer", "OVQ - mixer [95% CI] (pairs)", "verdict", "forgetting", "stopped learning, OVQ / mixer")]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for mixer in sorted(after):
-        lines.append("| " + " | ".join([mixer] + cells(before.get(mixer)) + cells(after[mixer])) + " |")
+    for mixer in sorted(set(before) | set(after)):
+        lines.append("| " + " | ".join([mixer] + cells(before.get(mixer)) + cells(after.get(mixer))) + " |")
     return "\n".join(lines)
 
 

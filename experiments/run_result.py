@@ -43,7 +43,9 @@ class RunResult:
     parameters: int = 0
     state_bytes_per_lane: List[float] = field(default_factory=list)
     wall_seconds: float = math.nan         # every attempt's, up to the checkpoint the next resumed from
-    attempts: int = 1                      # processes that ran it (a resumed run: more than one)
+    attempts: Optional[int] = 1            # processes that ran it, a killed one counted where the next
+                                           # resumed from its checkpoint (None: resumed from a checkpoint
+                                           # that kept no time, so wall_seconds is the last attempts' only)
     artifact_uri: Optional[str] = None
     code_version: Optional[str] = None     # experiments.code_version of the code that ran it (None: not recorded)
     # where and how it ran: git commit and whether the tree was dirty, torch/python versions, host, the

@@ -194,10 +194,12 @@ class Session:
     capacity: Dict[str, Any] = field(default_factory=dict)
     # the run's wall time across attempts: this attempt began at ``started`` (time.perf_counter); earlier
     # attempts had spent ``wall_before`` seconds up to the checkpoint this one resumed from (their work
-    # after it, lost with them, is not counted); ``attempts``: this one included
+    # after it, lost with them, is not counted); ``attempts``: this one and each earlier one that left the
+    # checkpoint the next resumed from (None: resumed from a checkpoint that kept no time, so
+    # ``wall_before`` is unknown and left at 0)
     started: float = field(default_factory=time.perf_counter)
     wall_before: float = 0.0
-    attempts: int = 1
+    attempts: Optional[int] = 1
 
     def wall_seconds(self) -> float:
         """Seconds the run has taken so far, every attempt's up to its last checkpoint and this one's."""
@@ -245,9 +247,11 @@ def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, star
         session.started = started
         if opening.checkpoint is None:
             _announce_new(resolved, tracker, announce)
-        else:                                 # a resume: the earlier attempts' time (older checkpoints: none)
-            session.wall_before = float(opening.checkpoint["extra"].get("wall_seconds", 0.0))
-            session.attempts = int(opening.checkpoint["extra"].get("attempts", 1)) + 1
+        else:                                 # a resume: the earlier attempts' time, where the checkpoint kept it
+            kept = opening.checkpoint["extra"]
+            known = "wall_seconds" in kept and kept.get("attempts") is not None
+            session.wall_before = float(kept.get("wall_seconds", 0.0))
+            session.attempts = int(kept["attempts"]) + 1 if known else None
         tracker.set_tags({"world_size": resolved.world_size})     # of this attempt (a resume may differ)
         if opening.in_stream:
             restore(session, opening.checkpoint, tracker)

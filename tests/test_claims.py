@@ -645,3 +645,19 @@ def test_a_comparison_short_of_its_pairs_reads_no_word_nor_one_its_family_could_
     done = evaluate(claim, _write(tmp_path / "done", "p.json", runs + vq))
     assert done.answers == ["no difference", "no difference"] and "Holm p 0.073" in done.cells[0]
     assert done.verdict == "not reproduced"
+
+
+def test_a_complete_comparison_waits_for_an_unshown_test_of_its_family_still_to_come(tmp_path):
+    """A claim against ssm (complete, raw p 0.036) whose declared family also holds vq (family_also, 3 of 10
+    pairs): its word and its verdict wait; a short comparison without a t-test so far says so, no word."""
+    runs = [_run("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)] + [_run("ssm", s, 0.6) for s in range(10)]
+    runs += [_run("vq", s, 0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)][:3]
+    root = _write(tmp_path, "f.json", runs)
+    claim = Claim("c", "t", against=["ssm"], family_also=["vq"], results=["results/f.json"], seeds=10)
+    result = evaluate(claim, root)
+    assert result.answers == ["pending"]
+    assert result.verdict == "pending (tests of its Holm family still to come could move a comparison's word)"
+    flat = [_run("ovq", s, 0.5) for s in range(3)] + [_run("ssm", s, 0.25) for s in range(3)]      # 0.25 on each
+    short = evaluate(Claim("c", "t", against=["ssm"], results=["results/g.json"], seeds=5), _write(tmp_path, "g.json", flat))
+    assert short.answers == ["pending"] and "no t-test so far" in short.cells[0]
+    assert short.cells[0].endswith("pending (3 of 5 pairs: no word read)") and short.verdict.startswith("pending (3 of 5")

@@ -189,6 +189,29 @@ def test_a_line_whose_lane_died_is_run_by_the_next_lane_and_a_line_that_ended_ne
     assert "end rc=4" in (tmp_path / "queue.txt.log").read_text()
 
 
+@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
+def test_a_lane_killed_alone_leaves_its_line_taken_while_its_run_lives(tmp_path):
+    """Its run inherits the line's lock: a lane started meanwhile does not run the line a second time beside
+    it; once the orphaned run has ended (its record never merged, the line not ended), the next lane runs it
+    again (the run would be reused or resumed)."""
+    ran, flag = tmp_path / "ran.txt", tmp_path / "started"
+    command = f"if [ -f {flag} ]; then echo again >> {ran}; else touch {flag}; echo first >> {ran}; sleep 3; fi"
+    queue = tmp_path / "queue.txt"
+    queue.write_text("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / "p.json"), command]) + "\n")
+    first = subprocess.Popen(["bash", LANES, str(queue)], cwd=ROOT, start_new_session=True)
+    for _ in range(200):
+        if flag.exists():
+            break
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGKILL)                       # the lane alone: its run goes on
+    first.wait(timeout=30)
+    beside = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert beside.returncode == 0 and ran.read_text().split() == ["first"]      # not run twice at once
+    time.sleep(4)                                            # the orphaned run ends, its lock with it
+    after = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert after.returncode == 0 and ran.read_text().split() == ["first", "again"]
+
+
 def test_a_piece_expects_the_longest_wall_time_of_its_configuration_and_writes_it_as_a_comment():
     from experiments.pieces import Piece, expected_minutes
 

@@ -72,6 +72,14 @@ def test_a_resumed_runs_wall_time_counts_its_earlier_attempt_up_to_the_checkpoin
     assert first["wall_seconds"] < resumed.wall_seconds <= first["wall_seconds"] + second
     fresh = run(cfg_in(tmp_path, "wall", store, seed=1))           # another run, in one attempt
     assert fresh.attempts == 1
+    # a checkpoint that kept no time (written by older code): the attempts before it are unknown, not 0
+    run(cfg_in(tmp_path, "wall", store, seed=2), stop_after=0)
+    (path,) = [p for p in glob.glob(str(tmp_path / "ckpt" / "*-s2-*" / "last.pt"))]
+    ckpt = torch.load(path, weights_only=False)
+    for key in ("wall_seconds", "attempts"):
+        del ckpt["extra"][key]
+    torch.save(ckpt, path)
+    assert run(cfg_in(tmp_path, "wall", store, seed=2)).attempts is None
 
 
 def test_two_stores_keep_their_own_checkpoints_and_both_resume(tmp_path, store, new_store):
@@ -187,6 +195,12 @@ def test_sigterm_marks_the_run_killed_and_meta_training_resumes_to_the_same_resu
     assert row["status"] == "FINISHED" and "resumed_at_meta_step" in row["tags"]
     assert "error" not in row["tags"]                          # the killed attempt's tag is cleaned on finish
     assert f"resuming run {row['run_id']} in meta-training at step" in resumed.stderr
+    import torch                                                # the records: the resumed run took two attempts
+
+    def record(folder):
+        (path,) = glob.glob(str(tmp_path / folder / "*" / "last.pt"))
+        return torch.load(path, weights_only=False)["extra"]["result"]
+    assert record("killed")["attempts"] == 2 and record("straight")["attempts"] == 1
 
 
 @pytest.mark.parametrize("override,message", [

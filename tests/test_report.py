@@ -63,7 +63,10 @@ def test_a_section_says_how_many_of_its_runs_resumed_after_a_stop(tmp_path, monk
     assert "1 of them resumed after a stop (3 attempts;" in report.section(study_specs.load_study("toy"))
     runs[1]["attempts"] = 1
     (tmp_path / "results" / "toy.json").write_text(json.dumps(runs))
-    assert "resumed after a stop" not in report.section(study_specs.load_study("toy"))
+    assert "resumed" not in report.section(study_specs.load_study("toy"))
+    runs[0]["attempts"] = None                        # resumed from a checkpoint that kept no time
+    (tmp_path / "results" / "toy.json").write_text(json.dumps(runs))
+    assert "1 resumed from a checkpoint that kept no time" in report.section(study_specs.load_study("toy"))
 
 
 def test_write_report_and_unknown_study(study):

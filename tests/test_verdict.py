@@ -385,9 +385,11 @@ def test_what_changed_sets_each_mixers_row_beside_the_earlier_studys_unpaired(tm
     """A study with ``changed_from`` prints, mixer by mixer, the earlier study's verdict row beside its own:
     the verdict table's words (each in its own family), the mean final averages over each row's pairs, the
     pairs each used; a mixer the earlier study lacks says "no row"; nothing pairs runs across the two."""
-    earlier = [_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)] + [_final("delta", s, 0.3) for s in range(10)]
+    earlier = ([_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)] + [_final("delta", s, 0.3) for s in range(10)]
+               + [_final("full", s, 0.95) for s in range(10)])
     later = ([_final("ovq", s, 0.9) for s in range(5)] + [_final("delta", s, 0.9 + 0.01 * (-1) ** s) for s in range(5)]
-             + [_final("ssm", s, 0.5 + 0.02 * s) for s in range(5)])
+             + [_final("ssm", s, 0.5 + 0.02 * s) for s in range(5)]
+             + [{**_final("vq", s, 0.9), "code_version": "code-b"} for s in range(5)])     # refused: other code
     _spec_files(tmp_path, monkeypatch, {"a": (earlier, "F"), "b": (later, "G")})
     studies = tmp_path / "studies"
     (studies / "a.yaml").write_text((studies / "a.yaml").read_text().replace("title: 'a'", "title: '13. a'"))
@@ -397,7 +399,10 @@ def test_what_changed_sets_each_mixers_row_beside_the_earlier_studys_unpaired(tm
     rows = {e.row.other: e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row}
     table = report.changed_table(spec).splitlines()
     assert table[0].startswith("| mixer | study 13: final average, OVQ / mixer") and "study 23: verdict" in table[0]
-    delta, ssm = table[2].split(" | "), table[3].split(" | ")
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| delta", "| full", "| ssm", "| vq"]   # either study's
+    delta, full, ssm, vq = (line.split(" | ") for line in table[2:])
+    assert full[1].endswith(" / 0.950") and full[6] == "no row"                   # only in the earlier study
+    assert vq[1] == "no row" and vq[6] == "refused (see the verdict table)"
     assert delta[0] == "| delta" and delta[1] == f"{statistics.fmean(0.6 + d for d in DIFFS):.3f} / 0.300"
     assert delta[2].endswith("(10)") and delta[3].startswith("OVQ holds more (Holm p")
     assert delta[6] == "0.900 / 0.902" and delta[7].endswith("(5)")           # +0.01, -0.01, ... over 5 seeds
@@ -421,3 +426,7 @@ def test_a_param_a_run_does_not_list_is_named_by_its_absent_value_in_a_rows_labe
                                                                          "meta_train.retention_loss": "1.0"}})
     other = compare.record_from_json(_final("linear", 0, 0.5))
     assert compare._describe(other, base) == "linear (retention_loss=0.0)"
+    # a param one run lists at its absent value and the other does not list is no difference
+    zero = compare.record_from_json({**_final("ovq", 0, 0.5), "params": {**_final("ovq", 0, 0.5)["params"],
+                                                                         "meta_train.retention_loss": "0.0"}})
+    assert compare._describe(other, zero) == "linear"
