@@ -19,6 +19,7 @@
 # skips a long run for a short one; a line with no estimate is claimed until UNTIL itself.
 # A queue line: COMMIT<TAB>STUDY_FILE<TAB>PIECE_FILE<TAB>COMMAND (what `ovq-cl pieces` prints).
 set -u
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "lanes: usage: experiments/lanes.sh QUEUE [UNTIL] (a queue from: ovq-cl pieces NAME > QUEUE)"; exit 2; }
 queue=$(realpath "$1")
 here=$(cd "$(dirname "$0")/.." && pwd)
 [ -f "$queue" ] || { echo "lanes: no queue file $1 (write one with: ovq-cl pieces NAME > QUEUE)"; exit 2; }

@@ -228,6 +228,11 @@ def test_a_piece_expects_the_longest_wall_time_of_its_configuration_and_writes_i
     assert Piece(argv=("sweep",), label="l", study_file="s", piece_file="p").line().endswith("ovq-cl sweep")
 
 
+def test_a_lane_without_a_queue_says_how_to_call_it():
+    out = subprocess.run(["bash", LANES], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and out.stdout.startswith("lanes: usage: experiments/lanes.sh QUEUE [UNTIL]")
+
+
 def test_a_lane_refuses_a_queue_whose_checkout_is_missing(tmp_path):
     queue = tmp_path / "queue.txt"
     queue.write_text("0000000\tresults/x.json\tresults/x__a.json\tovq-cl sweep x\n")
