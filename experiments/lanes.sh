@@ -3,9 +3,11 @@
 # with one thread, from the checkout its commit names (../ovq-cl-COMMIT beside this one, with its own
 # .venv; this checkout for "-"), and merges each finished piece's record into the study's file here
 # (`ovq-cl merge`), so that a finished run is kept the moment it ends. Start it twice on one queue for
-# two lanes. Lines may be added or reordered while lanes run.
+# two lanes. Lines may be added or reordered while lanes run: write the new queue to another file and
+# `mv` it over this one (a queue rewritten in place can be read empty, and a lane then stops).
 #   usage: experiments/lanes.sh QUEUE [UNTIL]    (logs: QUEUE.log, one per run: QUEUE.<pid>.<n>.log)
-# A line is taken while its lock (QUEUE.locks/<checksum of the line>) is held: the lane takes it under the
+# A line is known by its text without the "# ~M min" estimate (which a queue written later may update).
+# It is taken while its lock (QUEUE.locks/<checksum of that text>) is held: the lane takes it under the
 # queue's lock and its run inherits it, so it is held while the lane or its run lives, and released when
 # both have ended, however they end (the kernel drops a dead process's locks). A line that ended, well or
 # not, is written to QUEUE.ended and never run again; a line whose lane and run died (a machine stopped
@@ -41,19 +43,21 @@ while true; do
   if [ -n "$until" ] && [ "$(date +%s)" -ge "$until" ]; then
     echo "$(date -u +%FT%TZ) lane $$: past $2, claiming nothing more" >> "$queue.log"; exit 0
   fi
-  line="" line_lock=""
+  line="" line_key="" line_lock=""
   flock "$queue_lock"
   now=$(date +%s)
-  while IFS= read -r l; do
+  while IFS= read -r l || [ -n "$l" ]; do    # (a last line without its newline too)
     case "$l" in ""|"#"*) continue;; esac
-    grep -qxF -- "$l" "$queue.ended" && continue
+    # a line is known by what it runs, without the "# ~M min" estimate, which a later queue may update
+    key=$(printf "%s" "$l" | sed "s/  *# ~[0-9][0-9]* min$//")
+    grep -qxF -- "$key" "$queue.ended" && continue
     if [ -n "$until" ]; then
       minutes=$(printf "%s" "$l" | sed -n "s/.*# ~\([0-9][0-9]*\) min$/\1/p")
       [ -n "$minutes" ] && [ $((now + minutes * 60)) -gt "$until" ] && continue    # would not end in time
     fi
-    exec {fd}>"$queue.locks/$(printf "%s" "$l" | cksum | tr ' ' '-')"
+    exec {fd}>"$queue.locks/$(printf "%s" "$key" | cksum | tr ' ' '-')"
     if flock -n "$fd"; then                  # free: neither a lane nor a run holds it
-      line=$l line_lock=$fd
+      line=$l line_key=$key line_lock=$fd
       printf "%s\t%s\n" "$$" "$l" >> "$queue.claimed"
       break
     fi
@@ -72,9 +76,11 @@ while true; do
   case "$piece_file" in /*) made=$piece_file;; *) made=$dir/$piece_file;; esac
   if [ $rc -eq 0 ] && [ -f "$made" ]; then
     (cd "$here" && .venv/bin/ovq-cl merge "$study_file" "$made") >> "$log" 2>&1 {queue_lock}>&-; rc=$?
+  elif [ $rc -eq 0 ]; then                   # it ran, but wrote no piece: nothing to merge, said
+    echo "lanes: the command wrote no $made: nothing merged" >> "$log"; rc=66
   fi
   flock "$queue_lock"
-  printf "%s\n" "$line" >> "$queue.ended"      # ended before its lock is let go: no lane takes it between
+  printf "%s\n" "$line_key" >> "$queue.ended"  # ended before its lock is let go: no lane takes it between
   flock -u "$queue_lock"
   exec {line_lock}>&-
   echo "$(date -u +%FT%TZ) lane $$ end rc=$rc: $command" >> "$queue.log"

@@ -88,7 +88,9 @@ def expected_minutes(records: List[dict], label: str, wanted: Dict[str, str]) ->
 
 def _held(records: List[dict], label: str, wanted: Dict[str, str], code: Optional[str]) -> bool:
     """Whether a record (of ``code``, when given) has ``label`` and every value of ``wanted`` (flattened
-    params)."""
+    params; a key the record does not log has its absent value, ``compare.ABSENT_VALUES``, as the run's
+    identity reads it: no retention loss logged is 0.0)."""
+    from experiments.compare import ABSENT_VALUES
     from experiments.tracking.params import flatten_config
 
     for d in records:
@@ -97,7 +99,7 @@ def _held(records: List[dict], label: str, wanted: Dict[str, str], code: Optiona
         if code is not None and d.get("code_version") != code:
             continue
         params = flatten_config(d["params"])
-        if all(params.get(k) == v for k, v in wanted.items()):
+        if all(params.get(k, ABSENT_VALUES.get(k)) == v for k, v in wanted.items()):
             return True
     return False
 

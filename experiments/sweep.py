@@ -201,11 +201,20 @@ def merge_record_files(out: str, inputs: Sequence[str]) -> Tuple[int, int]:
     return len(merged), dropped
 
 
+#: params a run's identity leaves out (``RunConfig.identity``): where it logs and checkpoints, how it shows
+#: progress, when it saves: two records of one run may differ there
+_NOT_IDENTITY = ("tracking.", "checkpoint.", "output_dir", "progress", "device", "meta_train.checkpoint_every")
+
+
 def _result_of(record: dict) -> dict:
-    """A record less what says where, when, how long and in how many attempts it ran (one run reused
-    elsewhere, or resumed, differs there)."""
-    return {k: v for k, v in record.items()
+    """A record less what says where, when, how long and in how many attempts it ran, and less the params
+    its identity leaves out (one run reused elsewhere, resumed, or run with another tracking store or
+    progress setting, differs there)."""
+    kept = {k: v for k, v in record.items()
             if k not in ("run_id", "artifact_uri", "wall_seconds", "attempts", "provenance")}
+    if isinstance(kept.get("params"), dict):
+        kept["params"] = {k: v for k, v in kept["params"].items() if not k.startswith(_NOT_IDENTITY)}
+    return kept
 
 
 def _identities_and_records(configs, path: str, rerun: bool, announce):

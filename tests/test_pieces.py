@@ -86,6 +86,29 @@ def test_a_record_that_differs_in_a_value_the_command_sets_holds_nothing(tmp_pat
     assert len(study_pieces(spec, str(tmp_path))) == 4
 
 
+def test_a_record_of_one_grid_value_leaves_the_other_value_to_run(tmp_path):
+    """Two runs that share a label (an axis the label does not name): the record of one holds that one only."""
+    sweep = SWEEP.replace("--grid 'model.layers=[ovq];[full]'", "--grid 'meta_train.lr=0.001;0.003'")
+    spec = _study(tmp_path, [sweep])
+    runs = expand_sweep(shlex.split(sweep)[1:])
+    low_s0 = next(c for c in runs if c.meta_train.lr == 0.001 and c.seed == 0)
+    (tmp_path / "results" / "tiny.json").write_text(json.dumps([_record(low_s0, "code-aaaaaa")]))
+    left = study_pieces(spec, str(tmp_path))
+    assert len(left) == 3
+    assert sorted("meta_train.lr=0.003" in " ".join(p.argv) for p in left if p.label == low_s0.label()) == [True]
+
+
+def test_a_record_without_a_param_at_its_absent_value_holds_the_run_that_sets_it(tmp_path):
+    """No retention loss logged (code from before the key) is 0.0, as the run's identity reads it."""
+    sweep = SWEEP.replace("stream.options.train_episodes=8", "stream.options.train_episodes=8 meta_train.retention_loss=0.0")
+    spec = _study(tmp_path, [sweep])
+    ovq_s0 = next(c for c in expand_sweep(shlex.split(sweep)[1:]) if "ovq" in c.label() and c.seed == 0)
+    record = _record(ovq_s0, "code-aaaaaa")
+    del record["params"]["meta_train"]["retention_loss"]
+    (tmp_path / "results" / "tiny.json").write_text(json.dumps([record]))
+    assert len(study_pieces(spec, str(tmp_path))) == 3
+
+
 def test_a_run_finished_by_another_sweep_of_the_study_is_held(tmp_path):
     spec = _study(tmp_path, [SWEEP], results=("results/tiny.json", "results/rest.json"))
     ovq_s0 = next(c for c in _full_sweep() if "ovq" in c.label() and c.label().endswith("s0"))
@@ -210,6 +233,29 @@ def test_a_lane_killed_alone_leaves_its_line_taken_while_its_run_lives(tmp_path)
     time.sleep(4)                                            # the orphaned run ends, its lock with it
     after = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert after.returncode == 0 and ran.read_text().split() == ["first", "again"]
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
+def test_a_line_is_known_without_its_estimate_and_a_run_that_writes_no_piece_is_said(tmp_path):
+    """A queue written again after more runs finished updates a line's "# ~M min": the line that ended is
+    still ended. A last line without its newline runs. A command that ends well but writes no piece file
+    ends with rc 66 and says so in its log."""
+    ran = tmp_path / "ran.txt"
+
+    def line(name, minutes):
+        return "\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"{name}.json"),
+                          f"echo {name} >> {ran}  # ~{minutes} min"])
+
+    queue = tmp_path / "queue.txt"
+    queue.write_text(line("a", 10) + "\n" + line("b", 5))                     # no newline after b
+    assert subprocess.run(["bash", LANES, str(queue)], cwd=ROOT, timeout=60).returncode == 0
+    assert ran.read_text().split() == ["a", "b"]
+    log = (tmp_path / "queue.txt.log").read_text()
+    assert log.count("end rc=66") == 2
+    assert "wrote no " + str(tmp_path / "a.json") in "".join(p.read_text() for p in tmp_path.glob("queue.txt.*.log"))
+    queue.write_text(line("a", 12) + "\n" + line("b", 7) + "\n")           # the estimates updated
+    assert subprocess.run(["bash", LANES, str(queue)], cwd=ROOT, timeout=60).returncode == 0
+    assert ran.read_text().split() == ["a", "b"]                              # neither run again
 
 
 def test_a_piece_expects_the_longest_wall_time_of_its_configuration_and_writes_it_as_a_comment():

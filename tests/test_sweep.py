@@ -216,7 +216,11 @@ def test_merge_puts_a_sweep_finished_in_pieces_back_into_one_file_each_run_once(
 
     out, piece, other = tmp_path / "long.json", tmp_path / "long_s1.json", tmp_path / "long_s2.json"
     out.write_text(json.dumps([record("a"), record("b")]))
-    piece.write_text(json.dumps([record("b", run_id="elsewhere"), record("c")]))   # b: the same run, reused
+    # b: the same run, reused elsewhere (another store, resumed there, its progress shown): the same result
+    again = {**record("b", run_id="elsewhere"), "wall_seconds": 9.0, "attempts": 2, "provenance": {"host": "x"}}
+    again["params"] = {**again["params"], "progress": "True", "tracking.experiment": "other",
+                       "meta_train.checkpoint_every": "50"}
+    piece.write_text(json.dumps([again, record("c")]))
     other.write_text(json.dumps([record("c", code="code-b"), record("d")]))
     assert merge_record_files(str(out), [str(piece), str(other)]) == (5, 1)
     merged = json.loads(out.read_text())
@@ -226,6 +230,10 @@ def test_merge_puts_a_sweep_finished_in_pieces_back_into_one_file_each_run_once(
 
     clash = tmp_path / "clash.json"
     clash.write_text(json.dumps([record("a", final=0.9)]))
+    before = out.read_text()
+    with pytest.raises(ValueError, match="two different records"):
+        merge_record_files(str(out), [str(clash)])
+    clash.write_text(json.dumps([{**record("a"), "params": {"seed": 1}}]))    # a param that is the run's own
     before = out.read_text()
     with pytest.raises(ValueError, match="two different records"):
         merge_record_files(str(out), [str(clash)])
