@@ -67,11 +67,17 @@ def test_a_rule_after_meta_training_keeps_the_meta_training_and_changes_the_stre
 
 def test_a_run_resumed_in_the_stream_resumes_with_the_stream_model(in_tmp):
     root, _ = in_tmp
+    import time
+
+    began = time.perf_counter()
     straight = run(cfg(root, "am_straight", OTHER, share=False))
+    took = time.perf_counter() - began
+    # its wall time counts meta-training too, done before the stream model's session was made
+    assert 0.5 * took < straight.wall_seconds <= took and straight.attempts == 1
     resumed_cfg = cfg(root, "am_resumed", OTHER, share=False)
     assert run(resumed_cfg, stop_after=0).after_experience == 0
     resumed = run(resumed_cfg)
-    assert resumed.R == straight.R and resumed.gate == straight.gate
+    assert resumed.R == straight.R and resumed.gate == straight.gate and resumed.attempts == 2
 
 
 @pytest.mark.parametrize("after, message", [
