@@ -43,9 +43,10 @@ once (the latest).
 study's declared family split over rows, e.g. one per domain) are adjusted as one family, each distinct
 test once (two rows may show the same one), with the family's tests that no row shows
 (``family_also``) counted in it. Every
-comparison of a family counts in it, one without a t-test (refused, not measured, too few pairs, zero
-variance) as p = 1, so the data cannot shrink a declared family and turn another comparison's "no
-difference" into "yes". A comparison reads one scoring for all its pairs: against the facts in force
+comparison of a family counts in it, one without a t-test that more runs cannot give one (refused, not
+measured, zero variance over its declared pairs) as p = 1, so the data cannot shrink a declared family
+and turn another comparison's "no difference" into "yes"; one still to come (no runs yet, or short of its
+declared pairs) at p = 0 and at p = 1, a word read only where both agree. A comparison reads one scoring for all its pairs: against the facts in force
 (``summary_current``) only where every run of the pairs has it.
 
 The endpoint is one of:
@@ -544,9 +545,9 @@ def _test_key(claim: Claim, name: str) -> tuple:
 def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
     """Every claim's comparisons, answers and verdict (module docstring). Holm runs over each family:
     the claims that share a ``family`` name (a study's declared family split over several rows), else the
-    claim alone. Every declared comparison of the family counts in it: one without a t-test, and each of
-    a member claim's comparisons while it has no runs, as p = 1, so that the data cannot shrink a declared
-    family and turn another comparison's "no difference" into "yes". A test two rows show counts once,
+    claim alone. Every declared comparison of the family counts in it: one without a t-test that more runs
+    cannot give one as p = 1, so that the data cannot shrink a declared family and turn another
+    comparison's "no difference" into "yes". A test two rows show counts once,
     and a member's ``family_also`` (the declared family's tests no row shows) counts too. A declared test
     still to come (no runs yet, or fewer pairs than its claim declares) has no p yet: the adjustment is
     made with it at p = 1 (the Holm p shown) and at p = 0, and a comparison's word is read only where both
