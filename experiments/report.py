@@ -1157,12 +1157,15 @@ def changed_table(spec: StudySpec, root: Optional[str] = None) -> str:
     has a line; one with no row, a refused row, or several rows (partitions) in a study says so in that
     study's cells."""
     earlier = load_study(spec.changed_from)
-    entries = verdict_entries(all_studies(), root)
+    # each study's rows as the verdict table makes them: within its own table (confirmatory or exploratory),
+    # whose families and repeated rows are that table's; one computation where both share a table
+    pools = {flag: verdict_entries([s for s in all_studies() if s.confirmatory == flag], root)
+             for flag in {earlier.confirmatory, spec.confirmatory}}
 
     def by_mixer(title: str) -> Dict[str, list]:
         """mixer -> its rows (a VerdictRow, or the note of a refused one; a repeat of an earlier row left out)."""
         rows: Dict[str, list] = {}
-        for e in entries:
+        for e in [e for entries in pools.values() for e in entries]:
             if e.study != title or e.same_as is not None:
                 continue
             if e.row is not None:
