@@ -71,8 +71,10 @@ How to read the tables (definitions in `docs/measurement.md`):
   survive is no longer stated as one.
 - **Wall times** are this project's 2-core CPU machine's, one thread per run. A run stopped (a session's
   end) and resumed from its checkpoint counts each attempt's time up to the checkpoint the next resumed
-  from, and says how many attempts it took; records made before 2026-12-05 have no `attempts` and count
-  only their last attempt's time, so a resumed run among them shows less than it took.
+  from, and says how many attempts it took. Records made by code older than 2026-12-05 have no
+  `attempts` and count only their last attempt's time, so a resumed run among them shows less than it
+  took: that includes every run still made from the frozen checkouts of studies 11, 17 and 22-25 (study
+  23 runs from study 17's), whatever its date.
 """
 
 
