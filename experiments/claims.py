@@ -85,7 +85,7 @@ import os
 import re
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
@@ -324,7 +324,12 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
     c = paired_comparison([x for x, _ in values], [y for _, y in values])
     learned = (sum(a.learned is True for a, _ in pairs), sum(b.learned is True for _, b in pairs))
     skills = [_skill_at(b, claim.endpoint) for _, b in pairs]     # NaN unless every paired run measured it
+    our_skill = _mean_or_nan([_skill_at(a, claim.endpoint) for a, _ in pairs])
     note = f"learned {learned[0]}/{len(pairs)} vs {learned[1]}/{len(pairs)}"
+    if claim.kind == "more" and not math.isnan(our_skill) and skills:
+        # at a probe's point, whether either side recalls there at all: a difference between two memories
+        # at the floor is a difference in how they fail (said, not a rule: "more" has no floor rule)
+        note += f"; skill there {our_skill:.2f} vs {statistics.fmean(skills):.2f}"
     if left_out:
         note += f"; code {v} ({left_out} runs of other code versions not paired)"
     if c.n < 2:
@@ -334,6 +339,11 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
                        reference_skill=statistics.fmean(skills) if skills else math.nan,   # NaN in: NaN out
                        values=([x for x, _ in values], [y for _, y in values]),
                        beside=_beside(claim, pairs))
+
+
+def _mean_or_nan(values: Sequence[float]) -> float:
+    """The mean of ``values``; NaN for none (and, as fmean does, NaN when any is NaN)."""
+    return statistics.fmean(values) if values else math.nan
 
 
 def _in_force(pairs, endpoint: str) -> bool:

@@ -142,6 +142,10 @@ def test_capacity_and_position_endpoints_read_the_curves(tmp_path):
     small = "ovq | after_meta.model.mixers.ovq.num_slots=128"
     at64 = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/c.json"], endpoint="capacity@64"), str(tmp_path))
     assert at64.answers == ["yes"] and at64.cells[0].startswith("vs " + small + ": +0.300 [+0.29")
+    # at a probe's point each side's mean skill there is said (whether either recalls at all); not elsewhere
+    assert "skill there 0.82 vs 0.52" in at64.cells[0]
+    final = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/c.json"]), str(tmp_path))
+    assert "skill there" not in final.cells[0]
     # the mean over the curve halves the gap: (1 + 0.8) / 2 - (1 + 0.5) / 2 = 0.15
     mean = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/c.json"], endpoint="capacity_mean"), str(tmp_path))
     assert "+0.150" in mean.cells[0]
