@@ -325,18 +325,19 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
     learned = (sum(a.learned is True for a, _ in pairs), sum(b.learned is True for _, b in pairs))
     skills = [_skill_at(b, claim.endpoint) for _, b in pairs]     # NaN unless every paired run measured it
     our_skill = _mean_or_nan([_skill_at(a, claim.endpoint) for a, _ in pairs])
+    their_skill = _mean_or_nan(skills)
     note = f"learned {learned[0]}/{len(pairs)} vs {learned[1]}/{len(pairs)}"
-    if claim.kind == "more" and not math.isnan(our_skill) and skills:
+    if claim.kind == "more" and not (math.isnan(our_skill) or math.isnan(their_skill)):
         # at a probe's point, whether either side recalls there at all: a difference between two memories
         # at the floor is a difference in how they fail (said, not a rule: "more" has no floor rule)
-        note += f"; skill there {our_skill:.2f} vs {statistics.fmean(skills):.2f}"
+        note += f"; skill there {our_skill:.2f} vs {their_skill:.2f}"
     if left_out:
         note += f"; code {v} ({left_out} runs of other code versions not paired)"
     if c.n < 2:
         return _Comparison(name, "too few pairs", f"vs {name}: {c.mean_difference:+.3f} from one pair of runs: too "
                            "few pairs", count=c.n)
     return _Comparison(name, stat=c, count=c.n, learned=learned, note=note,
-                       reference_skill=statistics.fmean(skills) if skills else math.nan,   # NaN in: NaN out
+                       reference_skill=their_skill,                # NaN in: NaN out
                        values=([x for x, _ in values], [y for _, y in values]),
                        beside=_beside(claim, pairs))
 

@@ -118,13 +118,15 @@ def test_a_verdict_waits_for_the_declared_pairs(root):
     assert both.answers[0] == "refused" and both.verdict == "pending (3 of 6 pairs in the comparison with fewest)"
 
 
-def _curve_run(layers, seed, scores, bpb, slots=None):
-    """A run with a capacity curve (scores at 16 and 64 facts) and a prose position curve (last bucket bpb)."""
+def _curve_run(layers, seed, scores, bpb, slots=None, chance=0.0):
+    """A run with a capacity curve (scores at 16 and 64 facts) and a prose position curve (last bucket bpb);
+    skill = (score - chance) / (1 - chance), as the probes compute it."""
     r = _run(layers, seed, 0.5)
     if slots:
         r["params"]["after_meta.model.mixers.ovq.num_slots"] = slots
-    r["capacity"] = {"curve": {"metric": "accuracy", "points": [{"facts": 16, "score": scores[0], "skill": scores[0]},
-                                                                {"facts": 64, "score": scores[1], "skill": scores[1]}]}}
+    skills = [(x - chance) / (1 - chance) for x in scores]
+    r["capacity"] = {"curve": {"metric": "accuracy", "points": [{"facts": 16, "score": scores[0], "skill": skills[0]},
+                                                                {"facts": 64, "score": scores[1], "skill": skills[1]}]}}
     r["position"] = {"curves": {"prose": {"buckets": [{"lo": 0, "hi": 64, "bits_per_byte": 9.0},
                                                       {"lo": 64, "hi": 256, "bits_per_byte": bpb}]}}}
     return r
@@ -142,10 +144,29 @@ def test_capacity_and_position_endpoints_read_the_curves(tmp_path):
     small = "ovq | after_meta.model.mixers.ovq.num_slots=128"
     at64 = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/c.json"], endpoint="capacity@64"), str(tmp_path))
     assert at64.answers == ["yes"] and at64.cells[0].startswith("vs " + small + ": +0.300 [+0.29")
-    # at a probe's point each side's mean skill there is said (whether either recalls at all); not elsewhere
-    assert "skill there 0.82 vs 0.52" in at64.cells[0]
+    # at a probe's point each side's mean skill there (not its score) is said, whether either recalls at
+    # all; not at other endpoints, and an "as much" says the reference's alone, named
+    chanced = [dict(r, capacity=_curve_run("ovq", 0, tuple(p["score"] for p in r["capacity"]["curve"]["points"]),
+                                           2.0, chance=0.5)["capacity"]) for r in runs]
+    (tmp_path / "results" / "chance.json").write_text(json.dumps(chanced))
+    skilled = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/chance.json"],
+                             endpoint="capacity@64"), str(tmp_path))
+    assert "skill there 0.64 vs 0.04" in skilled.cells[0] and "+0.300" in skilled.cells[0]
     final = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/c.json"]), str(tmp_path))
     assert "skill there" not in final.cells[0]
+    for r in chanced:                       # one side's skill not measured: nothing said, never "nan"
+        if r["params"].get("after_meta.model.mixers.ovq.num_slots") == "128":
+            del r["capacity"]["curve"]["points"][1]["skill"]
+    (tmp_path / "results" / "chance.json").write_text(json.dumps(chanced))
+    unskilled = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/chance.json"],
+                               endpoint="capacity@64"), str(tmp_path))
+    assert "+0.300" in unskilled.cells[0] and "skill there" not in unskilled.cells[0]
+    (tmp_path / "results" / "chance.json").write_text(json.dumps(
+        [dict(r, capacity=_curve_run("ovq", 0, tuple(p["score"] for p in r["capacity"]["curve"]["points"]),
+                                     2.0, chance=0.5)["capacity"]) for r in runs]))
+    much = evaluate(Claim("c", "t", kind="as_much", ours=big, against=["full"], results=["results/chance.json"],
+                          endpoint="capacity@64", margin=0.05), str(tmp_path))
+    assert "full's skill there 0.80" in much.cells[0] and " vs " not in much.cells[0].split("skill there")[1]
     # the mean over the curve halves the gap: (1 + 0.8) / 2 - (1 + 0.5) / 2 = 0.15
     mean = evaluate(Claim("c", "t", ours=big, against=[small], results=["results/c.json"], endpoint="capacity_mean"), str(tmp_path))
     assert "+0.150" in mean.cells[0]
