@@ -289,7 +289,10 @@ class RunConfig:
         if not d.get("after_meta", {}).get("model"):
             d.pop("after_meta", None)
         if not d["gate"].get("interference"):            # no interference curves: as before they existed
-            for key in ("interference", "interference_max_items", "interference_episodes"):
+            # ... but the capacity curve also scores interference_episodes items a point: kept where it runs
+            keys = ("interference", "interference_max_items") + (() if d["gate"].get("capacity_facts")
+                                                                 else ("interference_episodes",))
+            for key in keys:
                 d["gate"].pop(key, None)
         if not d["gate"].get("capacity_facts"):          # no capacity curve: as before it existed
             d["gate"].pop("capacity_facts", None)

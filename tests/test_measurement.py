@@ -40,6 +40,22 @@ def test_the_run_seed_seeds_the_data_unless_the_stream_seed_is_set():
     assert len({c0.identity(), c1.identity(), pinned.identity()}) == 3
 
 
+def test_the_items_a_probe_point_scores_are_part_of_the_run_identity():
+    """The capacity curve scores ``gate.interference_episodes`` items a point: two runs that differ only
+    there measured different things and are not one run (once they were, when no interference curve
+    ran, so a rerun at more items would have been "reused" from the fewer). Where neither curve runs,
+    the option changes nothing and still hashes as a config written without it."""
+    base = {"stream": {"name": "icr", "options": {"n_experiences": 2}}}
+    capacity = ["gate.capacity_facts=[16,64]"]
+    assert (run_config(base, capacity + ["gate.interference_episodes=16"]).identity()
+            != run_config(base, capacity + ["gate.interference_episodes=64"]).identity())
+    assert (run_config(base, ["gate.interference_episodes=16"]).identity()
+            == run_config(base, ["gate.interference_episodes=64"]).identity() == run_config(base).identity())
+    curves = ["gate.interference=[neutral]"]
+    assert (run_config(base, curves + ["gate.interference_episodes=16"]).identity()
+            != run_config(base, curves + ["gate.interference_episodes=64"]).identity())
+
+
 # ------------------------------------------------------------------------------ facts that change
 
 
