@@ -73,7 +73,7 @@ How to read the tables (definitions in `docs/measurement.md`):
   end) and resumed from its checkpoint counts each attempt's time up to the checkpoint the next resumed
   from, and says how many attempts it took. Records made by code older than 2026-12-05 have no
   `attempts` and count only their last attempt's time, so a resumed run among them shows less than it
-  took: that includes every run still made from the frozen checkouts of studies 11, 17 and 22-25 (study
+  took: that includes every run still made from the frozen checkouts of studies 11, 17 and 22-26 (study
   23 runs from study 17's), whatever its date.
 """
 
