@@ -482,7 +482,8 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
         return
     else:
         cmp.answer = "yes" if -claim.margin <= c.low and c.high <= claim.margin else "no"
-    if _short(claim, cmp) and cmp.answer in READ:
+    if _short(claim, cmp) and cmp.answer in READ + NOT_READ:
+        # a side's gates or the reference's skill at the point are read over the declared pairs too
         cmp.answer = "pending"
     skill = (f"; {name}'s skill there {cmp.reference_skill:.2f}" if not math.isnan(cmp.reference_skill) else "")
     interval = "" if level == 0.95 else f" ({level:.1%} interval: a family of {family_size})"

@@ -286,6 +286,11 @@ def test_as_much_needs_a_reference_that_recalls_at_the_point(tmp_path):
                            endpoint="capacity@64", margin=0.05, seeds=5), root)
     assert floor.answers == ["reference does not recall here"] and "full's skill there 0.03" in floor.cells[0]
     assert floor.verdict.startswith("not testable here: the reference does not recall at this point")
+    # short of its declared pairs, the reference's floor is not read either: more seeds could lift it
+    short = evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/floor.json"],
+                           endpoint="capacity@64", margin=0.05, seeds=10), root)
+    assert short.answers == ["pending"] and "5 of 10 pairs: no word read" in short.cells[0]
+    assert "full's skill there 0.03" in short.cells[0] and short.verdict.startswith("pending")
     near = evaluate(Claim("c", "t", kind="as_much", against=["full"], results=["results/floor.json"],
                           endpoint="capacity@16", margin=0.05, seeds=5), root)
     assert near.answers == ["yes"] and near.verdict == "reproduced"
