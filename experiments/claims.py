@@ -323,9 +323,8 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
     values = [_pair_values(a, b, claim.endpoint, _in_force(pairs, claim.endpoint)) for a, b in pairs]
     c = paired_comparison([x for x, _ in values], [y for _, y in values])
     learned = (sum(a.learned is True for a, _ in pairs), sum(b.learned is True for _, b in pairs))
-    skills = [_skill_at(b, claim.endpoint) for _, b in pairs]     # NaN unless every paired run measured it
-    our_skill = _mean_or_nan([_skill_at(a, claim.endpoint) for a, _ in pairs])
-    their_skill = _mean_or_nan(skills)
+    # each side's mean skill at a probe's point: NaN unless every paired run of that side measured it
+    our_skill, their_skill = (_mean_or_nan([_skill_at(r, claim.endpoint) for r in side]) for side in zip(*pairs))
     note = f"learned {learned[0]}/{len(pairs)} vs {learned[1]}/{len(pairs)}"
     if claim.kind == "more" and not (math.isnan(our_skill) or math.isnan(their_skill)):
         # at a probe's point, whether either side recalls there at all: a difference between two memories
@@ -337,7 +336,7 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
         return _Comparison(name, "too few pairs", f"vs {name}: {c.mean_difference:+.3f} from one pair of runs: too "
                            "few pairs", count=c.n)
     return _Comparison(name, stat=c, count=c.n, learned=learned, note=note,
-                       reference_skill=their_skill,                # NaN in: NaN out
+                       reference_skill=their_skill,
                        values=([x for x, _ in values], [y for _, y in values]),
                        beside=_beside(claim, pairs))
 
