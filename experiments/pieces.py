@@ -148,7 +148,8 @@ def _cut(argv: Sequence[str], values: Dict[str, str], name: str) -> List[str]:
 def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held: bool = False) -> List[Piece]:
     """The runs of ``spec``'s sweep commands that their JSON (under ``root``) does not hold, one
     :class:`Piece` each, in each sweep's grid order (``order="seed-outer"``: the seed axes vary slowest,
-    so that the pairs of a paired comparison complete early), sweeps in the study's order.
+    so that the pairs of a paired comparison complete early), sweeps in the study's order; a run that
+    two commands reach (the same resolved config and pin) is one piece, the first command's.
     ``include_held``: every run, held or not. Each piece is validated (its config built) here."""
     from experiments.arguments import build_parser, parse_args
     from experiments.study import is_seed_axis, sweep_commands
@@ -164,6 +165,9 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
     records = [d for f in files for d in _records(os.path.join(root, f))]
     pieces: List[Piece] = []
     taken = set()
+    # a run is one resolved config under one pin: two commands that both reach it (a later command that
+    # reruns what an earlier sweep never ran, as a study may add after a stop) give it one piece, the first
+    queued = set()
     for argv, args in commands:
         grid = parse_grid(args.grid)
         name = sweep_name(argv)
@@ -184,6 +188,9 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
             label = cfg.label()
             if not include_held and _held(records, label, wanted, code):
                 continue
+            if (commit, cfg.identity()) in queued:
+                continue
+            queued.add((commit, cfg.identity()))
             piece_name, k = f"{args.name}__{label}", 1
             while _file(args.out, piece_name) in taken:      # two runs of one label: a file each
                 k += 1

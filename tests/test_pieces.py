@@ -116,6 +116,21 @@ def test_a_run_finished_by_another_sweep_of_the_study_is_held(tmp_path):
     assert len(study_pieces(spec, str(tmp_path))) == 3
 
 
+def test_a_run_two_commands_reach_is_one_piece(tmp_path):
+    """A study that adds a command to rerun what an earlier sweep never ran (a session ended): while
+    neither has run it, the queue holds it once, not once per command."""
+    rerun = (f"ovq-cl sweep {CONFIG} stream.options.train_episodes=8 --grid 'model.layers=[ovq]' "
+             "--grid 'seed=1' --name rest --out results")
+    spec = _study(tmp_path, [SWEEP, rerun], results=("results/tiny.json", "results/rest.json"))
+    pieces = study_pieces(spec, str(tmp_path))
+    assert len(pieces) == 4 and len({p.label for p in pieces}) == 4
+    assert all(p.study_file == "results/tiny.json" for p in pieces)
+    # under another pin it is another run (other code), so it stays
+    spec = _study(tmp_path, [SWEEP, rerun], code={"*": "code-aaaaaa@1234567", "rest": "code-bbbbbb@7654321"},
+                  results=("results/tiny.json", "results/rest.json"))
+    assert len(study_pieces(spec, str(tmp_path))) == 5
+
+
 def test_seed_outer_completes_the_pairs_first(tmp_path):
     spec = _study(tmp_path, [SWEEP])
     assert [p.label.rsplit("-s", 1)[1] for p in study_pieces(spec, str(tmp_path))] == ["0", "1", "0", "1"]
