@@ -832,7 +832,8 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
 
 def provenance(run: ResolvedRun, tracker) -> Dict[str, Any]:
     """Which code ran a run, where, and with how many threads (a record says it; two records of one
-    config that disagree can then be told apart: code, or thread count, or nondeterminism). The
+    config that disagree can then be told apart: code, thread count, the CPU's instruction set, or
+    nondeterminism). The
     environment is the one the tracker tagged the run with (read once); ``dirty``: whether the code that
     counts for results (:data:`experiments.code_version.CODE_PATHS`) differed from the commit, not
     whether any file of the checkout did (a result file being written does not make the code dirty)."""
@@ -843,7 +844,8 @@ def provenance(run: ResolvedRun, tracker) -> Dict[str, Any]:
         env = environment_tags()
     dirty = "+dirty." in run.code_version.split("+plugins.")[0]
     return {"commit": env["git.commit"], "dirty": dirty, "torch": env.get("version.torch"),
-            "python": env["version.python"], "host": env["host"], "threads": torch.get_num_threads(),
+            "python": env["version.python"], "host": env["host"], "cpu": env.get("cpu"),
+            "cpu_capability": env.get("cpu.capability"), "threads": torch.get_num_threads(),
             "world_size": run.world_size, "device": run.device}
 
 

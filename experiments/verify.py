@@ -6,7 +6,9 @@ spec is expanded at full size (every grid value), and the config whose parameter
 (seeds included; tracking, checkpoints and progress aside) is the one that made it. It runs fresh
 (``rerun``), with tracking and checkpoints off, and with the torch threads the record says it ran with
 (``provenance.threads``; one when not recorded): the thread count changes the order of float sums and
-so the last bits of every number. A record that cannot be rebuilt (a parameter no current config has)
+so the last bits of every number; so does the CPU's vector instruction set (``provenance.cpu_capability``,
+recorded since 2026-12-06), which a rerun cannot choose: a record that differs and was made on another
+instruction set says so in its detail. A record that cannot be rebuilt (a parameter no current config has)
 is reported as such and fails the check too: nothing unverifiable is called verified.
 """
 from __future__ import annotations
@@ -112,9 +114,20 @@ def verify(specs: Sequence[StudySpec], root: Optional[str] = None, only: str = "
                 torch.set_num_threads(threads)
             same = result.R == d["R"]
             detail = "" if same else f"largest difference {_largest_difference(result.R, d['R']):.3g}"
+            if not same:
+                detail += _capability_note(d)
             out.append(Verification(spec.title, d["label"], d.get("seed"), "same" if same else "DIFFERS", detail))
             announce(out[-1].line())
     return out
+
+
+def _capability_note(record: dict) -> str:
+    """``"; recorded on AVX2, rerun on AVX512"`` when the record names another CPU instruction set than
+    this machine's (float sums of another vector width: not a code difference), else ``""``."""
+    from experiments.tracking.runs import _cpu_capability
+
+    theirs, ours = (record.get("provenance") or {}).get("cpu_capability"), _cpu_capability()
+    return f"; recorded on {theirs}, rerun on {ours}" if theirs and theirs != ours else ""
 
 
 def _largest_difference(a, b) -> float:

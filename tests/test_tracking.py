@@ -130,8 +130,9 @@ def test_run_logs_params_metrics_artifacts_tags(store):
     assert tags["git.commit"] == tags["mlflow.source.git.commit"]
     assert tags["git.commit"] == "unknown" or len(tags["git.commit"]) == 40
     assert tags["git.dirty"] in ("true", "false", "unknown")
-    for key in ("version.python", "version.torch", "version.avalanche", "version.mlflow", "version.ovq-cl", "host"):
+    for key in ("version.python", "version.torch", "version.avalanche", "version.mlflow", "version.ovq-cl", "host", "cpu"):
         assert tags[key]
+    assert tags["cpu.capability"] == str(torch.backends.cpu.get_cpu_capability())
     assert tags["version.torch"] == metadata.version("torch") and tags["version.mlflow"] == metadata.version("mlflow")
 
     listed = {a.path for a in client.list_artifacts(run.run_id)} | \

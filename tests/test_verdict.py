@@ -195,7 +195,15 @@ def test_report_verify_reruns_one_seed_per_configuration_and_fails_on_an_altered
     assert main(["report", "--verify", "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert f"DIFFERS  Toy: {victim['label']} (seed 0)" in err and "RESULTS.md not written" in err
-    assert not out.exists()
+    assert not out.exists() and "recorded on" not in err
+    # each record names the instruction set its float sums ran on; a difference from another one says so
+    import torch
+
+    assert victim["provenance"]["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
+    victim["provenance"]["cpu_capability"] = "OTHER_ISA"
+    (tmp_path / "results" / "toy.json").write_text(json.dumps(records))
+    assert main(["report", "--verify", "--out", str(out)]) == 1
+    assert f"recorded on OTHER_ISA, rerun on {torch.backends.cpu.get_cpu_capability()}" in capsys.readouterr().err
 
 
 def test_vq_codebook_is_counted_as_shared_memory_and_learned_buffers_beside_parameters():

@@ -34,6 +34,28 @@ def _git(*args: str) -> Optional[str]:
     return out.stdout if out.returncode == 0 else None
 
 
+def _cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere; ``"unknown"``)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _cpu_capability() -> str:
+    """The instruction set torch's CPU kernels use here (``torch.backends.cpu.get_cpu_capability()``)."""
+    import torch
+
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        return "unknown"
+
+
 def environment_tags() -> Dict[str, str]:
     """Tags that identify the code and environment of a run.
 
@@ -41,7 +63,9 @@ def environment_tags() -> Dict[str, str]:
     a git checkout), ``git.dirty`` (``"true"`` when tracked or untracked non-ignored files differ from
     the commit, ``"unknown"`` outside a checkout), ``version.python``, ``version.torch``,
     ``version.avalanche``, ``version.mlflow``, ``version.ovq-cl`` (``"not installed"`` when
-    missing) and ``host``.
+    missing), ``host``, ``cpu`` (the processor's model name) and ``cpu.capability`` (the vector instruction
+    set torch's CPU kernels dispatch to, e.g. AVX512): one commit on one thread gives bit-identical weights
+    on machines of one capability, and may not across them (float sums reassociate with vector width).
     """
     commit = (_git("rev-parse", "HEAD") or "").strip() or "unknown"
     status = _git("status", "--porcelain") if commit != "unknown" else None
@@ -51,6 +75,8 @@ def environment_tags() -> Dict[str, str]:
         "git.dirty": "unknown" if status is None else str(bool(status.strip())).lower(),
         "version.python": platform.python_version(),
         "host": socket.gethostname(),
+        "cpu": _cpu_model(),
+        "cpu.capability": _cpu_capability(),
     }
     for short, dist in _PACKAGES.items():
         try:
