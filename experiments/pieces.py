@@ -61,10 +61,12 @@ class Piece:
 
 def expected_minutes(records: List[dict], label: str, wanted: Dict[str, str]) -> Optional[int]:
     """The longest wall time (minutes, rounded up) of the finished runs of the same configuration but for
-    its seeds (the label but its seed; every value of ``wanted``, flattened params as strings, but the
-    seed keys); else the longest of the runs of the same label but its seed (the same mixers and stream,
-    another recipe); None when no record says. The longest, not the mean: on a machine wiped at a stop a
-    run cut off is lost whole, and a run that meta-trains alone takes longer than one that shares it."""
+    its seeds and its test-time options (the label but its seed; every value of ``wanted``, flattened
+    params as strings, but the seed keys and ``after_meta.*``: runs that differ there share one
+    meta-training, so whichever of them ran first paid for it, and this one may be first); else the
+    longest of the runs of the same label but its seed (the same mixers and stream, another recipe); None
+    when no record says. The longest, not the mean: on a machine wiped at a stop a run cut off is lost
+    whole, and a run that meta-trains alone takes longer than one that shares it."""
     import math
     import re
 
@@ -80,7 +82,7 @@ def expected_minutes(records: List[dict], label: str, wanted: Dict[str, str]) ->
             continue
         same_mixers.append(float(d["wall_seconds"]))
         params = flatten_config(d["params"]) if isinstance(d.get("params"), dict) else {}
-        if all(params.get(k) == v for k, v in wanted.items() if k not in SEED_KEYS):
+        if all(params.get(k) == v for k, v in wanted.items() if k not in SEED_KEYS and not k.startswith("after_meta.")):
             same_config.append(float(d["wall_seconds"]))
     walls = same_config or same_mixers
     return math.ceil(max(walls) / 60) if walls else None

@@ -284,6 +284,10 @@ def test_a_piece_expects_the_longest_wall_time_of_its_configuration_and_writes_i
     assert expected_minutes(records, "icr-ovq-frozen-persist-s7", {"seed": "7", "meta_train.lr": "0.001"}) == 51
     assert expected_minutes(records, "icr-ovq-frozen-persist-s7", {"seed": "7", "meta_train.lr": "0.01"}) == 150   # another recipe
     assert expected_minutes(records, "icr-full-frozen-persist-s7", {"seed": "7"}) is None
+    # a test-time option shares the meta-training: the run that paid for it counts for both options
+    shared = [{**record(0, 0.001, 1200), "params": {"seed": 0, "meta_train": {"lr": 0.001}, "after_meta": {"n": 128}}},
+              {**record(0, 0.001, 300), "params": {"seed": 0, "meta_train": {"lr": 0.001}, "after_meta": {"n": 2048}}}]
+    assert expected_minutes(shared, "icr-ovq-frozen-persist-s1", {"seed": "1", "meta_train.lr": "0.001", "after_meta.n": "2048"}) == 20
     piece = Piece(argv=("sweep", "c.yaml", "--name", "n"), label="l", study_file="s.json", piece_file="p.json", minutes=51)
     assert piece.line().split("\t") == ["-", "s.json", "p.json", "ovq-cl sweep c.yaml --name n  # ~51 min"]
     assert Piece(argv=("sweep",), label="l", study_file="s", piece_file="p").line().endswith("ovq-cl sweep")
