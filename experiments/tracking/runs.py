@@ -64,8 +64,8 @@ def environment_tags() -> Dict[str, str]:
     the commit, ``"unknown"`` outside a checkout), ``version.python``, ``version.torch``,
     ``version.avalanche``, ``version.mlflow``, ``version.ovq-cl`` (``"not installed"`` when
     missing), ``host``, ``cpu`` (the processor's model name) and ``cpu.capability`` (the vector instruction
-    set torch's CPU kernels dispatch to, e.g. AVX512): one commit on one thread gives bit-identical weights
-    on machines of one capability, and may not across them (float sums reassociate with vector width).
+    set torch's CPU kernels dispatch to, e.g. AVX512): one commit on one thread may give weights that
+    differ in the last bits on another machine (float sums of another vector width), and these say which.
     """
     commit = (_git("rev-parse", "HEAD") or "").strip() or "unknown"
     status = _git("status", "--porcelain") if commit != "unknown" else None
