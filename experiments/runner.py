@@ -834,9 +834,9 @@ def provenance(run: ResolvedRun, tracker) -> Dict[str, Any]:
     """Which code ran a run, where, and with how many threads (a record says it; two records of one
     config that disagree can then be told apart: code, thread count, the CPU's instruction set, or
     nondeterminism). The environment is the one the tracker tagged the run with (read once); ``dirty``:
-    whether the code that
-    counts for results (:data:`experiments.code_version.CODE_PATHS`) differed from the commit, not
-    whether any file of the checkout did (a result file being written does not make the code dirty)."""
+    whether the code that counts for results (:data:`experiments.code_version.CODE_PATHS`) differed from
+    the commit, not whether any file of the checkout did (a result file being written does not make the
+    code dirty)."""
     env = getattr(tracker, "environment", None)
     if env is None:                                  # tracking off: no tags were read
         from experiments.tracking.runs import environment_tags
