@@ -190,9 +190,10 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
             label = cfg.label()
             if not include_held and _held(records, label, wanted, code):
                 continue
-            if (commit, cfg.identity()) in queued:
+            run_key = (commit, cfg.identity())
+            if run_key in queued:
                 continue
-            queued.add((commit, cfg.identity()))
+            queued.add(run_key)
             piece_name, k = f"{args.name}__{label}", 1
             while _file(args.out, piece_name) in taken:      # two runs of one label: a file each
                 k += 1

@@ -124,9 +124,9 @@ def verify(specs: Sequence[StudySpec], root: Optional[str] = None, only: str = "
 def _capability_note(record: dict) -> str:
     """``"; recorded on AVX2, rerun on AVX512"`` when the record names another CPU instruction set than
     this machine's (float sums of another vector width: not a code difference), else ``""``."""
-    from experiments.tracking.runs import _cpu_capability
+    from experiments.tracking.runs import cpu_capability
 
-    theirs, ours = (record.get("provenance") or {}).get("cpu_capability"), _cpu_capability()
+    theirs, ours = (record.get("provenance") or {}).get("cpu_capability"), cpu_capability()
     return f"; recorded on {theirs}, rerun on {ours}" if theirs and theirs != ours else ""
 
 

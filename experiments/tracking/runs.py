@@ -46,7 +46,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _cpu_capability() -> str:
+def cpu_capability() -> str:
     """The instruction set torch's CPU kernels use here (``torch.backends.cpu.get_cpu_capability()``)."""
     import torch
 
@@ -76,7 +76,7 @@ def environment_tags() -> Dict[str, str]:
         "version.python": platform.python_version(),
         "host": socket.gethostname(),
         "cpu": _cpu_model(),
-        "cpu.capability": _cpu_capability(),
+        "cpu.capability": cpu_capability(),
     }
     for short, dist in _PACKAGES.items():
         try:
