@@ -818,6 +818,17 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
         parts += [f"Meta-training's learning curves (the metric on the training batches; plateau: every seed moved "
                   f"by less than {PLATEAU_GAIN} over the last quarter of the steps):", "", meta_training_table(records),
                   "", f"![meta-training learning curves]({spec.meta_curves})", ""]
+    if spec.meta_shared_with:
+        from experiments import meta_agreement
+
+        other = load_study(spec.meta_shared_with)
+        table = meta_agreement.agreement_table(raw, _raw(other, root))
+        if table:
+            parts += [f"Meta-training against {_study_number(other.title)}'s (each run against that study's runs "
+                      "of the same seed, model, stream and meta-training settings: its logged history, bit for bit, "
+                      "and the last logged loss; a run whose meta-training was `shared` loaded another run's "
+                      "weights and history from the checkout's cache, so it is identical by construction; one "
+                      "`trained` trained again):", "", table, ""]
     # the declared budget rule: a configuration rerun with a larger budget replaces the shorter in every
     # paired table (the tables above show both)
     paired_records = compare.read_longest_budget(records, spec.budget_rule) if spec.budget_rule else records

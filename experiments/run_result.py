@@ -30,6 +30,9 @@ class RunResult:
     run_id: Optional[str] = None
     checkpoint: Optional[str] = None
     meta_history: List[Dict[str, float]] = field(default_factory=list)
+    # where meta-training's weights came from: "trained" by this run, "resumed" from its own checkpoint,
+    # "shared" (loaded from another run's identical meta-training, experiments.meta_cache); None: not recorded
+    meta_source: Optional[str] = None
     R_se: List[List[Optional[float]]] = field(default_factory=list)
     R_n: List[List[Optional[float]]] = field(default_factory=list)
     current: Optional[Dict[str, List[List[Optional[float]]]]] = None
@@ -67,7 +70,7 @@ class RunResult:
                    position=d.get("position", {}), parameters=d.get("parameters", 0),
                    state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
                    wall_seconds=d.get("wall_seconds", math.nan), attempts=d.get("attempts", 1),
-                   artifact_uri=d.get("artifact_uri"),
+                   meta_source=d.get("meta_source"), artifact_uri=d.get("artifact_uri"),
                    code_version=d.get("code_version"), provenance=d.get("provenance", {}),
                    shared_bytes_per_layer=d.get("shared_bytes_per_layer", []), learned_buffers=d.get("learned_buffers", 0))
 
@@ -91,7 +94,8 @@ class RunResult:
             "learned": self.learned,
             "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
             "state_bytes": self.state_bytes,
-            "parameters": self.parameters, "meta_history": self.meta_history, "run_id": self.run_id,
+            "parameters": self.parameters, "meta_history": self.meta_history, "meta_source": self.meta_source,
+            "run_id": self.run_id,
             "wall_seconds": self.wall_seconds, "attempts": self.attempts, "artifact_uri": self.artifact_uri,
             "code_version": self.code_version,
             "provenance": self.provenance, "shared_bytes_per_layer": self.shared_bytes_per_layer,

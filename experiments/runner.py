@@ -188,6 +188,7 @@ class Session:
     next_experience: int = 0
     tokens_after: List[int] = field(default_factory=list)
     meta_history: List[Dict[str, float]] = field(default_factory=list)
+    meta_source: Optional[str] = None      # MetaOutcome.source: trained, resumed or shared (None: not recorded)
     gate: Dict[str, Any] = field(default_factory=dict)
     delay: Dict[str, Any] = field(default_factory=dict)
     interference: Dict[str, Any] = field(default_factory=dict)
@@ -259,7 +260,7 @@ def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, star
                      f"({os.path.dirname(resolved.checkpoint_path)})")
         else:
             meta = meta_phase(resolved, session, tracker, opening, announce)
-            session.meta_history = meta.history
+            session.meta_history, session.meta_source = meta.history, meta.source
             tracker.set_tags({"meta_train_source": meta.source})        # trained, resumed or shared
             session = after_meta(resolved, session, tracker)
             gates = gate_phase(resolved, session, tracker)
@@ -542,7 +543,7 @@ def after_meta(run: ResolvedRun, session: Session, tracker) -> Session:
     finally:
         set_rng_state(state)
     new.model.load_state_dict(session.model.state_dict())
-    new.meta_history = session.meta_history
+    new.meta_history, new.meta_source = session.meta_history, session.meta_source
     new.started, new.wall_before, new.attempts = session.started, session.wall_before, session.attempts
     tracker.set_tags({"after_meta.model": json.dumps(cfg.after_meta.model, sort_keys=True, default=str)})
     return new
@@ -813,7 +814,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         capacity=session.capacity, position=position_record(run, session, tracker),
         parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
-        wall_seconds=wall_seconds, attempts=session.attempts,
+        wall_seconds=wall_seconds, attempts=session.attempts, meta_source=session.meta_source,
         artifact_uri=None if tracker.run_id is None else tracker.artifact_uri, code_version=run.code_version, provenance=provenance(run, tracker),
         shared_bytes_per_layer=shared_memory_bytes(session.model), learned_buffers=n_learned_buffers(session.model),
     )
@@ -862,8 +863,8 @@ def save(run: ResolvedRun, session: Session, tracker, extra: Optional[Dict[str, 
         run.checkpoint_path, model=session.model, optimizer=session.optimizer, states=states,
         next_experience=session.next_experience,
         metrics={"results": session.results.state_dict(), "tokens_after": session.tokens_after,
-                 "meta_history": session.meta_history, "gate": session.gate, "delay": session.delay,
-                 "interference": session.interference, "capacity": session.capacity},
+                 "meta_history": session.meta_history, "meta_source": session.meta_source, "gate": session.gate,
+                 "delay": session.delay, "interference": session.interference, "capacity": session.capacity},
         extra={"run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
                "plugins": plugin_states(session.strategy.plugins), "wall_seconds": session.wall_seconds(),
                "attempts": session.attempts, **(extra or {})},
@@ -882,6 +883,7 @@ def restore(session: Session, ckpt: Dict[str, Any], tracker) -> None:
     session.results.load_state_dict(ckpt["metrics"]["results"])
     session.tokens_after = list(ckpt["metrics"]["tokens_after"])
     session.meta_history = list(ckpt["metrics"].get("meta_history", []))
+    session.meta_source = ckpt["metrics"].get("meta_source")       # None: a checkpoint of older code
     session.gate = dict(ckpt["metrics"].get("gate", {}))
     session.delay = dict(ckpt["metrics"].get("delay", {}))
     session.interference = dict(ckpt["metrics"].get("interference", {}))

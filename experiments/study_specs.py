@@ -70,6 +70,10 @@ class StudySpec:
     changed_from: Optional[str] = None                   # another study (its file name) whose verdict rows this
                                                          # study's are read against, mixer by mixer, unpaired
                                                          # (what changed in the verdict; both with a verdict)
+    meta_shared_with: Optional[str] = None               # another study (its file name) whose models this study's
+                                                         # runs meta-train again or load: a table compares each
+                                                         # run's meta-training history with that study's
+                                                         # (experiments/meta_agreement.py)
     smoke: List[str] = field(default_factory=list)       # overrides that make every command tiny (--smoke)
     smoke_by_config: Dict[str, List[str]] = field(default_factory=dict)   # more, for the commands of one config file
     findings: str = ""
@@ -126,6 +130,9 @@ def load_study(name: str) -> StudySpec:
         if not os.path.exists(os.path.join(STUDIES_DIR, f"{spec.changed_from}.yaml")):
             raise ValueError(f"study {name}: changed_from names no study: {spec.changed_from!r} "
                              f"(a file name under {STUDIES_DIR} without .yaml)")
+    if spec.meta_shared_with is not None and not os.path.exists(os.path.join(STUDIES_DIR, f"{spec.meta_shared_with}.yaml")):
+        raise ValueError(f"study {name}: meta_shared_with names no study: {spec.meta_shared_with!r} "
+                         f"(a file name under {STUDIES_DIR} without .yaml)")
     bad_pairs = [pair for pair in spec.capacity_pairs if len(pair) != 2]
     if bad_pairs:
         raise ValueError(f"study {name}: capacity_pairs are [configuration, baseline] patterns, got {bad_pairs}")

@@ -293,6 +293,8 @@ def test_runs_with_the_same_meta_training_share_it_and_get_the_same_numbers(in_t
 
     sources = {name: runs_table(name)[0]["tags"]["meta_train_source"] for name in ("meta_reused", "meta_alone")}
     assert sources == {"meta_reused": "shared", "meta_alone": "trained"}
+    # ... and the record says it too, where the report reads it (a loaded history is identical by construction)
+    assert (reused.record()["meta_source"], alone.record()["meta_source"]) == ("shared", "trained")
     other = run(cfg("meta_other", True, n_values=12))            # the meta-training data differ: a new entry
     assert len(os.listdir(os.path.join(ckpt, "meta"))) == 2 and other.R is not None
 
@@ -374,9 +376,12 @@ def test_a_stopped_run_says_where_it_stopped_and_is_not_finished(in_tmp):
     assert isinstance(stopped, RunStopped) and stopped.after_experience == 1 and stopped.checkpoint
     (row,) = runs_table("stopped", uri)
     assert row["status"] == "KILLED" and row["tags"]["stopped_after_experience"] == "1"
-    assert row["tags"]["meta_train_source"] in ("trained", "shared")
+    source = row["tags"]["meta_train_source"]
+    assert source in ("trained", "shared")
     assert row["run_id"] == stopped.run_id
-    assert len(run(cfg).R) == 3 and runs_table("stopped", uri)[0]["status"] == "FINISHED"
+    resumed = run(cfg)                        # resumed in the stream: where meta-training came from is kept
+    assert len(resumed.R) == 3 and runs_table("stopped", uri)[0]["status"] == "FINISHED"
+    assert resumed.meta_source == source and resumed.record()["meta_source"] == source
 
 
 def test_interference_curves_are_measured_logged_recorded_and_tabled(in_tmp):
