@@ -70,7 +70,7 @@ class Agreement:
 
 def _after_meta(params: Dict[str, Any]) -> str:
     settings = [f"{k[len('after_meta.'):]}={v}" for k, v in sorted(params.items())
-                if k.startswith("after_meta.") and v not in ({}, [], None)]      # (an empty section: none set)
+                if k.startswith("after_meta.") and str(v) not in ("{}", "[]", "None")]   # an empty section: none set
     return f" ({', '.join(settings)})" if settings else ""
 
 

@@ -31,9 +31,10 @@ def test_identical_histories_differing_steps_and_settings_after_meta_training():
             _record("ovq", 1, [3.0, 1.1, 0.44]),                        # its last logged row differs
             _record("full", 0, [2.0, 1.0 + 1e-9, 0.2]),                 # a last-bits difference at step 100
             _record("full", 0, [2.0, 1.0, 0.2], **{"meta_train.lr": "0.1"}),   # another meta-training: no match
-            _record("ssm", 0, [1.0])]                                    # nothing there
+            _record("ssm", 0, [1.0], **{"after_meta.model": "{}"})]       # an empty after_meta section: no label
+    there.append(_record("ssm", 0, [1.0]))
     rows = {a.label: a for a in meta_agreement.agreements(here, there)}
-    assert set(rows) == {"ovq-s0 (model.mixers.ovq.num_slots=2048)", "ovq-s1", "full-s0"}
+    assert set(rows) == {"ovq-s0 (model.mixers.ovq.num_slots=2048)", "ovq-s1", "full-s0", "ssm-s0"}
     ovq0, ovq1, full0 = rows["ovq-s0 (model.mixers.ovq.num_slots=2048)"], rows["ovq-s1"], rows["full-s0"]
     assert ovq0.identical and ovq0.first_step is None and ovq0.there == 1
     assert not ovq1.identical and ovq1.first_step == 150

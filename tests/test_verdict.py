@@ -145,6 +145,36 @@ def test_scipy_agrees_with_the_exact_wilcoxon_it_is_asked_for():
     assert c.p_wilcoxon == pytest.approx(stats.wilcoxon(a, b, method="exact").pvalue)
 
 
+def test_the_fast_wilcoxon_is_scipys_on_ties_zeros_and_every_size():
+    """wilcoxon_test gives scipy.stats.wilcoxon's statistic and p on the inputs where scipy would permute
+    (ties, zeros, n <= 13: scores on a grid of 1/512 make them common), where it is exact, and where it
+    approximates (ties, n > 13), and on zeros only (p = 1)."""
+    import random
+    import warnings
+
+    from experiments.intervals import wilcoxon_test
+
+    rng = random.Random(0)
+    kinds = {"permuted": 0, "exact": 0, "approximated": 0}
+    for _ in range(200):
+        n = rng.randint(14, 16) if rng.random() < 0.15 else rng.randint(2, 11)    # (scipy's own 2**13 is slow)
+        grid = rng.choice([4, 16, 512, None])                 # coarse grids tie, None (continuous) does not
+        a = [rng.random() if grid is None else rng.randrange(grid) / grid for _ in range(n)]
+        b = [rng.random() if grid is None else rng.randrange(grid) / grid for _ in range(n)]
+        if rng.random() < 0.3:
+            b[0] = a[0]                                        # a zero difference
+        d = [x - y for x, y in zip(a, b)]
+        exact = all(x != 0 for x in d) and len({abs(x) for x in d}) == n
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = stats.wilcoxon(a, b, method="exact" if exact else "auto")
+            got = wilcoxon_test(a, b)
+        kinds["exact" if exact else "permuted" if n <= 13 else "approximated"] += 1
+        assert got[0] == want.statistic and got[1] == pytest.approx(want.pvalue, rel=1e-12, abs=0), (a, b)
+    assert min(kinds.values()) >= 20, kinds
+    assert wilcoxon_test([0.5, 0.5], [0.5, 0.5]) == (0.0, 1.0)
+
+
 def test_pairs_made_by_other_code_are_refused_unless_declared_comparable(tmp_path, monkeypatch):
     runs = [_ovq(s) for s in range(5)] + [_write_once(s) for s in range(5)]
     for d in runs[5:]:
