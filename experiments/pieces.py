@@ -149,9 +149,10 @@ def _cut(argv: Sequence[str], values: Dict[str, str], name: str) -> List[str]:
 
 def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held: bool = False) -> List[Piece]:
     """The runs of ``spec``'s sweep commands that their JSON (under ``root``) does not hold, one
-    :class:`Piece` each, in each sweep's grid order (``order="seed-outer"``: the seed axes vary slowest,
-    so that the pairs of a paired comparison complete early), sweeps in the study's order; a run that
-    two commands reach (the same resolved config and pin) is one piece, the first command's.
+    :class:`Piece` each, in each sweep's grid order, sweeps in the study's order (``order="seed-outer"``:
+    the seed axes vary slowest, across the study's sweeps too, so that the pairs of a paired comparison
+    complete early: every sweep's runs of the first seed, then of the next; a run that
+    two commands reach (the same resolved config and pin) is one piece, the first command's).
     ``include_held``: every run, held or not. Each piece is validated (its config built) here."""
     from experiments.arguments import build_parser, parse_args
     from experiments.study import is_seed_axis, sweep_commands
@@ -166,6 +167,7 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
                           + [os.path.normpath(f) for f in spec.results])
     records = [d for f in files for d in _records(os.path.join(root, f))]
     pieces: List[Piece] = []
+    seeds: List[Tuple] = []        # each piece's seed values (order="seed-outer" sorts on them)
     taken = set()
     # a run is one resolved config under one pin: two commands that both reach it (a later command that
     # reruns what an earlier sweep never ran, as a study may add after a stop) give it one piece, the first
@@ -202,7 +204,19 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
             pieces.append(Piece(argv=tuple(_cut(argv, values, piece_name)), label=label, study_file=study_file,
                                 piece_file=_file(args.out, piece_name), code=code, commit=commit,
                                 minutes=expected_minutes(records, label, wanted)))
+            seeds.append(tuple(str(values[k]) for k in walk if is_seed_axis(k)))
+    if order == "seed-outer":       # across sweeps: a stable sort keeps each seed's runs in the study's order
+        by_seed = sorted(range(len(pieces)), key=lambda i: tuple(_numeric(v) for v in seeds[i]))
+        pieces = [pieces[i] for i in by_seed]
     return pieces
+
+
+def _numeric(value: str) -> Tuple[int, float, str]:
+    """A sort key that puts seed 10 after seed 9 (numbers by value, anything else after, by its text)."""
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
 
 
 def _unseeded(argv: Sequence[str]) -> Tuple[str, ...]:

@@ -137,6 +137,15 @@ def test_seed_outer_completes_the_pairs_first(tmp_path):
     assert [p.label.rsplit("-s", 1)[1] for p in study_pieces(spec, str(tmp_path), order="seed-outer")] == ["0", "0", "1", "1"]
     with pytest.raises(ValueError, match="order must be one of"):
         study_pieces(spec, str(tmp_path), order="random")
+    # across the study's sweeps too: every sweep's runs of seed 0 (each sweep in the study's order), then seed 1
+    # ... then seed 10, after 9, not after 1
+    other = (f"ovq-cl sweep {CONFIG} stream.options.train_episodes=8 --grid 'model.layers=[swa]' "
+             "--grid 'seed=0;1;10;9' --name rest --out results")
+    spec = _study(tmp_path, [SWEEP, other], results=("results/tiny.json", "results/rest.json"))
+    order = [(p.label.split("-")[1], p.label.rsplit("-s", 1)[1]) for p in study_pieces(spec, str(tmp_path), order="seed-outer")]
+    assert order == [("ovq", "0"), ("full", "0"), ("swa", "0"), ("ovq", "1"), ("full", "1"), ("swa", "1"),
+                     ("swa", "9"), ("swa", "10")]
+    assert len(study_pieces(spec, str(tmp_path))) == 8                 # the same pieces in the sweep order
 
 
 def test_two_runs_with_one_label_write_two_files(tmp_path):
