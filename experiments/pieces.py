@@ -219,6 +219,35 @@ def _numeric(value: str) -> Tuple[int, float, str]:
         return (1, 0.0, value)
 
 
+def sweep_held(spec: StudySpec, root: str, argv: Sequence[str]) -> bool:
+    """Whether every run of one of ``spec``'s sweep commands (``argv`` without ``ovq-cl``) is held by a
+    record in one of the study's declared result files, as :func:`study_pieces` reads a run held (its
+    label, every value the command sets, its pinned code version): a run that two of a study's sweeps
+    reach is run once, as the first command's piece, and merged into that sweep's file, so the other
+    sweep's own file may never be written."""
+    from experiments.arguments import build_parser, parse_args
+    from experiments.sweep import _assignments, expand, parse_grid
+    from experiments.tracking.params import flatten_config
+
+    args = parse_args(build_parser(), list(argv))
+    records = [d for f in dict.fromkeys(os.path.normpath(f) for f in spec.results) for d in _records(os.path.join(root, f))]
+    name = sweep_name(argv)
+    pin = spec.code.get(name) if name in spec.code else spec.code.get("*")
+    code = pin.split("@")[0] if pin else None
+    grid = parse_grid(args.grid)
+    axes = list(grid)
+    set_keys = [o.split("=", 1)[0].strip() for o in args.overrides if "=" in o]
+    for chosen in itertools.product(*(grid[k] for k in axes)):
+        values = dict(zip(axes, chosen))
+        (cfg,) = expand(os.path.join(root, args.config), args.overrides, {k: [values[k]] for k in axes},
+                        plugins=getattr(args, "plugin", []))
+        flat = flatten_config(cfg)
+        keys = set_keys + [a.split("=", 1)[0] for k in axes for a in _assignments(k, values[k])]
+        if not _held(records, cfg.label(), {k: flat[k] for k in keys if k in flat}, code):
+            return False
+    return True
+
+
 def _unseeded(argv: Sequence[str]) -> Tuple[str, ...]:
     """``argv`` without its seed axes and its ``--name``: what two pieces that differ only by seed share."""
     from experiments.study import is_seed_axis

@@ -904,7 +904,9 @@ def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str
     record merged twice is one run, and runs of another code version do not finish a sweep they cannot be
     paired with. A file that cannot be read is said, not skipped. A sweep whose missing runs another declared
     sweep makes (a session ended mid-sweep) is finished once those records are merged into its file
-    (``ovq-cl merge``), as the pieces of a sweep run in parallel are.
+    (``ovq-cl merge``), as the pieces of a sweep run in parallel are; and a sweep each of whose runs is in
+    one of the study's result files, whichever (a run two sweeps reach is run once, for the first), is
+    finished.
 
     ``patterns`` (:func:`compare.params_match`'s): only sweeps with a run that matches one of them count (a
     table that reads those configurations waits for nothing else); a sweep whose runs cannot be expanded
@@ -943,12 +945,23 @@ def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str
             per_version.setdefault(str(d.get("code_version")), set()).add(d.get("config_id") or d.get("run_id") or i)
         have = max((len(ids) for ids in per_version.values()), default=0)
         # only an unfinished sweep is expanded to see whether it matters here (expanding builds every config)
-        if have < expected and matters(args):
+        if have < expected and matters(args) and not _held_in_study_files(spec, root, argv[1:]):
             out.append(f"{path} ({have} of {expected} runs)")
     for path in spec.results:
         if os.path.normpath(path) not in written and not os.path.exists(os.path.join(root, path)):
             out.append(f"{path} (not written)")
     return out
+
+
+def _held_in_study_files(spec, root: str, argv: Sequence[str]) -> bool:
+    """:func:`experiments.pieces.sweep_held`, False where the sweep cannot be expanded here (an unknown config
+    file, an override this code rejects) or the spec is not a study file's (no pins)."""
+    from experiments.pieces import sweep_held
+
+    try:
+        return sweep_held(spec, root, argv)
+    except Exception:
+        return False
 
 
 def _sweep_matches(args, root: str, patterns: Sequence[str]) -> bool:

@@ -131,6 +131,25 @@ def test_a_run_two_commands_reach_is_one_piece(tmp_path):
     assert len(study_pieces(spec, str(tmp_path))) == 5
 
 
+def test_a_sweep_whose_runs_another_sweep_made_is_finished(tmp_path):
+    """The run two commands reach is run once, for the first, and merged into its file: the second sweep's own
+    file is never written, and its sweep is finished once every run of its grid is held (the report's
+    decision tables wait for unfinished sweeps, so they would wait for ever)."""
+    from experiments import report
+    from experiments.pieces import sweep_held
+
+    rerun = (f"ovq-cl sweep {CONFIG} stream.options.train_episodes=8 --grid 'model.layers=[ovq]' "
+             "--grid 'seed=1' --name rest --out results")
+    spec = _study(tmp_path, [SWEEP, rerun], results=("results/tiny.json", "results/rest.json"))
+    runs = _full_sweep()
+    (tmp_path / "results" / "tiny.json").write_text(json.dumps([_record(c, "code-aaaaaa") for c in runs[:-1]]))
+    held = [sweep_held(spec, str(tmp_path), shlex.split(c)[1:]) for c in (SWEEP, rerun)]
+    assert held == [False, not any("ovq" in c.label() and c.seed == 1 for c in runs[-1:])]
+    (tmp_path / "results" / "tiny.json").write_text(json.dumps([_record(c, "code-aaaaaa") for c in runs]))
+    assert [sweep_held(spec, str(tmp_path), shlex.split(c)[1:]) for c in (SWEEP, rerun)] == [True, True]
+    assert report.unfinished_sweeps(spec, str(tmp_path)) == []
+
+
 def test_seed_outer_completes_the_pairs_first(tmp_path):
     spec = _study(tmp_path, [SWEEP])
     assert [p.label.rsplit("-s", 1)[1] for p in study_pieces(spec, str(tmp_path))] == ["0", "1", "0", "1"]
