@@ -156,8 +156,7 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
     ``include_held``: every run, held or not. Each piece is validated (its config built) here."""
     from experiments.arguments import build_parser, parse_args
     from experiments.study import is_seed_axis, sweep_commands
-    from experiments.sweep import _assignments, expand, parse_grid
-    from experiments.tracking.params import flatten_config
+    from experiments.sweep import parse_grid
 
     if order not in ORDERS:
         raise ValueError(f"pieces: order must be one of {ORDERS}, got {order!r}")
@@ -179,16 +178,9 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
         code, commit = pin.split("@") if pin else (None, None)
         study_file = _file(args.out, args.name)
         axes = list(grid)
-        set_keys = [o.split("=", 1)[0].strip() for o in args.overrides if "=" in o]   # what the command sets
         walk = ([k for k in axes if is_seed_axis(k)] + [k for k in axes if not is_seed_axis(k)]
                 if order == "seed-outer" else axes)
-        for chosen in itertools.product(*(grid[k] for k in walk)):
-            values = dict(zip(walk, chosen))
-            (cfg,) = expand(os.path.join(root, args.config), args.overrides, {k: [values[k]] for k in axes},
-                            plugins=getattr(args, "plugin", []))
-            flat = flatten_config(cfg)
-            keys = set_keys + [a.split("=", 1)[0] for k in axes for a in _assignments(k, values[k])]
-            wanted = {k: flat[k] for k in keys if k in flat}
+        for values, cfg, wanted in _runs_of(args, root, walk):
             label = cfg.label()
             if not include_held and _held(records, label, wanted, code):
                 continue
@@ -226,26 +218,32 @@ def sweep_held(spec: StudySpec, root: str, argv: Sequence[str]) -> bool:
     reach is run once, as the first command's piece, and merged into that sweep's file, so the other
     sweep's own file may never be written."""
     from experiments.arguments import build_parser, parse_args
-    from experiments.sweep import _assignments, expand, parse_grid
-    from experiments.tracking.params import flatten_config
+    from experiments.sweep import parse_grid
 
     args = parse_args(build_parser(), list(argv))
     records = [d for f in dict.fromkeys(os.path.normpath(f) for f in spec.results) for d in _records(os.path.join(root, f))]
     name = sweep_name(argv)
     pin = spec.code.get(name) if name in spec.code else spec.code.get("*")
     code = pin.split("@")[0] if pin else None
+    return all(_held(records, cfg.label(), wanted, code) for _, cfg, wanted in _runs_of(args, root, list(parse_grid(args.grid))))
+
+
+def _runs_of(args, root: str, walk: Sequence[str]):
+    """Each run of a parsed sweep command, its grid walked in ``walk``'s axis order (the slowest first):
+    (its axis values, its config, every value its command sets as the run's record logs it)."""
+    from experiments.sweep import _assignments, expand, parse_grid
+    from experiments.tracking.params import flatten_config
+
     grid = parse_grid(args.grid)
     axes = list(grid)
-    set_keys = [o.split("=", 1)[0].strip() for o in args.overrides if "=" in o]
-    for chosen in itertools.product(*(grid[k] for k in axes)):
-        values = dict(zip(axes, chosen))
+    set_keys = [o.split("=", 1)[0].strip() for o in args.overrides if "=" in o]   # what the command sets
+    for chosen in itertools.product(*(grid[k] for k in walk)):
+        values = dict(zip(walk, chosen))
         (cfg,) = expand(os.path.join(root, args.config), args.overrides, {k: [values[k]] for k in axes},
                         plugins=getattr(args, "plugin", []))
         flat = flatten_config(cfg)
         keys = set_keys + [a.split("=", 1)[0] for k in axes for a in _assignments(k, values[k])]
-        if not _held(records, cfg.label(), {k: flat[k] for k in keys if k in flat}, code):
-            return False
-    return True
+        yield values, cfg, {k: flat[k] for k in keys if k in flat}
 
 
 def _unseeded(argv: Sequence[str]) -> Tuple[str, ...]:
