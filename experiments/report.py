@@ -954,9 +954,9 @@ def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str
 
 
 def _held_in_study_files(spec, root: str, argv: Sequence[str]) -> bool:
-    """:func:`experiments.pieces.sweep_held`, False where the sweep cannot be expanded here (an unknown config
+    """:func:`experiments.held_runs.sweep_held`, False where the sweep cannot be expanded here (an unknown config
     file, an override this code rejects) or the spec is not a study file's (no pins)."""
-    from experiments.pieces import sweep_held
+    from experiments.held_runs import sweep_held
 
     try:
         return sweep_held(spec, root, argv)
