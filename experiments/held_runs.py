@@ -41,7 +41,7 @@ def _records(path: str) -> List[dict]:
     except FileNotFoundError:
         return []
     if not isinstance(records, list):
-        raise ValueError(f"pieces: {path} is not a list of run records (what ovq-cl sweep --out writes)")
+        raise ValueError(f"{path} is not a list of run records (what ovq-cl sweep --out writes)")
     return records
 
 
@@ -57,7 +57,8 @@ def sweep_held(spec: StudySpec, root: str, argv: Sequence[str]) -> bool:
     args = parse_args(build_parser(), list(argv))
     records = [d for f in dict.fromkeys(os.path.normpath(f) for f in spec.results) for d in _records(os.path.join(root, f))]
     name = sweep_name(argv)
-    pin = spec.code.get(name) if name in spec.code else spec.code.get("*")
+    pins = getattr(spec, "code", None) or {}      # a spec without pins: a record of any code holds a run
+    pin = pins.get(name) if name in pins else pins.get("*")
     code = pin.split("@")[0] if pin else None
     return all(_held(records, cfg.label(), wanted, code) for _, cfg, wanted in _runs_of(args, root, list(parse_grid(args.grid))))
 

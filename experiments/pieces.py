@@ -31,7 +31,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from experiments.held_runs import _held, _records, _runs_of, sweep_held  # noqa: F401 (sweep_held: re-exported)
+from experiments.held_runs import _held, _records, _runs_of
 from experiments.study_specs import StudySpec, sweep_name
 
 ORDERS = ("sweep", "seed-outer")

@@ -954,13 +954,16 @@ def unfinished_sweeps(spec, root: str, patterns: Sequence[str] = ()) -> List[str
 
 
 def _held_in_study_files(spec, root: str, argv: Sequence[str]) -> bool:
-    """:func:`experiments.held_runs.sweep_held`, False where the sweep cannot be expanded here (an unknown config
-    file, an override this code rejects) or the spec is not a study file's (no pins)."""
+    """:func:`experiments.held_runs.sweep_held`, False where the sweep cannot be expanded here: an unknown config
+    file (OSError), an override or a value this code rejects (ValueError, TypeError, KeyError: omegaconf's
+    missing keys), an argument its parser rejects (SystemExit), or a result file that is not a list of run
+    records (ValueError). Anything else is a bug in this code and is raised. A spec without pins (``code``)
+    is held by records of any code version."""
     from experiments.held_runs import sweep_held
 
     try:
         return sweep_held(spec, root, argv)
-    except Exception:
+    except (ValueError, TypeError, KeyError, OSError, SystemExit):
         return False
 
 

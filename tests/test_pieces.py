@@ -136,17 +136,23 @@ def test_a_sweep_whose_runs_another_sweep_made_is_finished(tmp_path):
     file is never written, and its sweep is finished once every run of its grid is held (the report's
     decision tables wait for unfinished sweeps, so they would wait for ever)."""
     from experiments import report
-    from experiments.pieces import sweep_held
+    from experiments.held_runs import sweep_held
 
     rerun = (f"ovq-cl sweep {CONFIG} stream.options.train_episodes=8 --grid 'model.layers=[ovq]' "
              "--grid 'seed=1' --name rest --out results")
     spec = _study(tmp_path, [SWEEP, rerun], results=("results/tiny.json", "results/rest.json"))
-    runs = _full_sweep()
-    (tmp_path / "results" / "tiny.json").write_text(json.dumps([_record(c, "code-aaaaaa") for c in runs[:-1]]))
-    held = [sweep_held(spec, str(tmp_path), shlex.split(c)[1:]) for c in (SWEEP, rerun)]
-    assert held == [False, not any("ovq" in c.label() and c.seed == 1 for c in runs[-1:])]
-    (tmp_path / "results" / "tiny.json").write_text(json.dumps([_record(c, "code-aaaaaa") for c in runs]))
-    assert [sweep_held(spec, str(tmp_path), shlex.split(c)[1:]) for c in (SWEEP, rerun)] == [True, True]
+    runs = {c.label(): c for c in _full_sweep()}
+    tiny = tmp_path / "results" / "tiny.json"
+
+    def held_without(left_out):
+        tiny.write_text(json.dumps([_record(c, "code-aaaaaa") for label, c in runs.items() if label not in left_out]))
+        return [sweep_held(spec, str(tmp_path), shlex.split(c)[1:]) for c in (SWEEP, rerun)]
+
+    # the full attention run of seed 1 missing: the first sweep is unfinished, the rerun (OVQ, seed 1) is held
+    assert held_without({"icr-full-frozen-persist-s1"}) == [False, True]
+    # the OVQ run of seed 1 missing: neither is finished
+    assert held_without({"icr-ovq-frozen-persist-s1"}) == [False, False]
+    assert held_without(set()) == [True, True]
     assert report.unfinished_sweeps(spec, str(tmp_path)) == []
 
 
