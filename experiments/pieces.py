@@ -24,7 +24,6 @@ change under a record of frozen code.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shlex
@@ -92,8 +91,6 @@ def expected_minutes(records: List[dict], label: str, wanted: Dict[str, str]) ->
 def _file(out: str, name: str) -> str:
     """The JSON a sweep named ``name`` writes with ``--out out``."""
     return os.path.normpath(os.path.join(out, name + ".json"))
-
-
 
 
 def _cut(argv: Sequence[str], values: Dict[str, str], name: str) -> List[str]:
