@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 from experiments.study_specs import StudySpec, sweep_name
 
 
-def _held(records: List[dict], label: str, wanted: Dict[str, str], code: Optional[str]) -> bool:
+def record_held(records: List[dict], label: str, wanted: Dict[str, str], code: Optional[str]) -> bool:
     """Whether a record (of ``code``, when given) has ``label`` and every value of ``wanted`` (flattened
     params; a key the record does not log has its absent value, ``compare.ABSENT_VALUES``, as the run's
     identity reads it: no retention loss logged is 0.0)."""
@@ -33,7 +33,7 @@ def _held(records: List[dict], label: str, wanted: Dict[str, str], code: Optiona
     return False
 
 
-def _records(path: str) -> List[dict]:
+def read_records(path: str) -> List[dict]:
     """The run records of a sweep's JSON ([] when it does not exist yet); ValueError when it is not a list."""
     try:
         with open(path) as fh:
@@ -55,15 +55,15 @@ def sweep_held(spec: StudySpec, root: str, argv: Sequence[str]) -> bool:
     from experiments.sweep import parse_grid
 
     args = parse_args(build_parser(), list(argv))
-    records = [d for f in dict.fromkeys(os.path.normpath(f) for f in spec.results) for d in _records(os.path.join(root, f))]
+    records = [d for f in dict.fromkeys(os.path.normpath(f) for f in spec.results) for d in read_records(os.path.join(root, f))]
     name = sweep_name(argv)
     pins = getattr(spec, "code", None) or {}      # a spec without pins: a record of any code holds a run
     pin = pins.get(name) if name in pins else pins.get("*")
     code = pin.split("@")[0] if pin else None
-    return all(_held(records, cfg.label(), wanted, code) for _, cfg, wanted in _runs_of(args, root, list(parse_grid(args.grid))))
+    return all(record_held(records, cfg.label(), wanted, code) for _, cfg, wanted in sweep_runs(args, root, list(parse_grid(args.grid))))
 
 
-def _runs_of(args, root: str, walk: Sequence[str]):
+def sweep_runs(args, root: str, walk: Sequence[str]):
     """Each run of a parsed sweep command, its grid walked in ``walk``'s axis order (the slowest first):
     (its axis values, its config, every value its command sets as the run's record logs it)."""
     from experiments.sweep import _assignments, expand, parse_grid

@@ -30,7 +30,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from experiments.held_runs import _held, _records, _runs_of
+from experiments.held_runs import read_records, record_held, sweep_runs
 from experiments.study_specs import StudySpec, sweep_name
 
 ORDERS = ("sweep", "seed-outer")
@@ -134,7 +134,7 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
     commands = [(argv, parse_args(parser, argv)) for _, argv in sweep_commands(spec)]
     files = dict.fromkeys([_file(a.out, a.name) for _, a in commands]
                           + [os.path.normpath(f) for f in spec.results])
-    records = [d for f in files for d in _records(os.path.join(root, f))]
+    records = [d for f in files for d in read_records(os.path.join(root, f))]
     pieces: List[Piece] = []
     seeds: List[Tuple] = []        # each piece's seed values (order="seed-outer" sorts on them)
     taken = set()
@@ -150,9 +150,9 @@ def study_pieces(spec: StudySpec, root: str, order: str = "sweep", include_held:
         axes = list(grid)
         walk = ([k for k in axes if is_seed_axis(k)] + [k for k in axes if not is_seed_axis(k)]
                 if order == "seed-outer" else axes)
-        for values, cfg, wanted in _runs_of(args, root, walk):
+        for values, cfg, wanted in sweep_runs(args, root, walk):
             label = cfg.label()
-            if not include_held and _held(records, label, wanted, code):
+            if not include_held and record_held(records, label, wanted, code):
                 continue
             run_key = (commit, cfg.identity())
             if run_key in queued:
