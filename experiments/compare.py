@@ -58,6 +58,7 @@ class RunRecord:
     learned: Optional[bool] = None            # both gates (None: not measured)
     gate_skill: float = math.nan              # held-out skill against chance
     gate_chance: float = math.nan             # ... and its chance score (the context-free predictor's)
+    gate_score: float = math.nan              # ... and its score there (the metric itself)
     stream_skill: float = math.nan            # skill of the mean learning score on the stream
     state_bytes: List[float] = field(default_factory=list)   # per layer and lane
     parameters: int = 0
@@ -130,7 +131,8 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         label=d["label"], params=_params(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
         summary_current=dict(d.get("summary_current") or {}), learned=learned_from_gates(d, stream_learned),
         gate_skill=_num((d.get("gate") or {}).get("skill")),
-        gate_chance=_num((d.get("gate") or {}).get("chance")), stream_skill=stream_skill,
+        gate_chance=_num((d.get("gate") or {}).get("chance")), gate_score=_num((d.get("gate") or {}).get("score")),
+        stream_skill=stream_skill,
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
         delay=dict(d.get("delay") or {}), interference=dict(d.get("interference") or {}),
@@ -253,7 +255,8 @@ def record_from_mlflow(row: Dict[str, Any]) -> RunRecord:
         label=row.get("run_name", ""), params=_params(p), metric=tags.get("metric", "?"),
         summary={k[len("final/"):]: v for k, v in m.items() if k.startswith("final/")},
         summary_current={k[len("final_current/"):]: v for k, v in m.items() if k.startswith("final_current/")},
-        learned=flag, gate_skill=_num(m.get("gate/skill")), stream_skill=_num(m.get("stream_gate/skill")),
+        learned=flag, gate_skill=_num(m.get("gate/skill")), gate_score=_num(m.get("gate/score")),
+        stream_skill=_num(m.get("stream_gate/skill")),
         state_bytes=[m[k] for k in layers], parameters=int(m.get("model/parameters", 0)),
         seed=_int(p.get("seed")), data_seed=_int(p.get("stream.options.seed", p.get("seed"))),
         config_id=tags.get("config_id"), code_version=tags.get("code_version"),

@@ -453,8 +453,11 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
     """Per configuration: meta-training's steps, its metric on the last logged training batches (mean and
     range over seeds) and the change over the last quarter of the steps, in the better direction, with
     the plateau rule (``PLATEAU_GAIN``): "plateau" when every seed moved by less, else "still improving";
-    per seed, the step by which it made ``GAIN_SHARE`` of its gain (where the curve flattened); and, where
-    the stream marks them, the metric at the end on the answers recalled from earlier episodes."""
+    per seed, the step by which it made ``GAIN_SHARE`` of its gain (where the curve flattened); the score on
+    held-out items of the same generator after meta-training (the gate's) and the training batches' score
+    minus it, in the better direction, per seed (mean, max): a large gap is a mixer that stored the
+    meta-training items in its weights instead of learning to store facts in its memory; and, where the
+    stream marks them, the metric at the end on the answers recalled from earlier episodes."""
     from strategies.evaluation.metrics import higher_is_better
 
     from strategies.training.meta import REACH_BUCKETS
@@ -465,9 +468,10 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
     reach_head = (" | on recalled answers by reach-back at the end (" + " / ".join(
         f"{low}+" if high is None else f"{low}-{high}" for low, high in REACH_BUCKETS)
         + " episodes, mean)" if by_reach else "")
-    lines = ["| configuration | n | steps | metric at the end (mean, min-max) | change over the last quarter "
+    lines = ["| configuration | n | steps | metric at the end (mean, min-max) | held-out, the gate's (mean, min-max) | "
+             "training minus held-out (mean, max) | change over the last quarter "
              f"(mean, max) | plateau? | {GAIN_SHARE:.0%} of its gain by step (per seed) | on recalled answers at the end "
-             f"(mean, min-max){reach_head} |", "|---|---|---|---|---|---|---|---|" + ("---|" if by_reach else "")]
+             f"(mean, min-max){reach_head} |", "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if by_reach else "")]
     for key, runs in sorted(compare.group_records(records).items()):
         rows, metric = _meta_rows(runs)
         if len(rows) < 2:
@@ -476,6 +480,13 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
         last_step, last = rows[-1]
         gains = last_quarter_gains(runs)
         verdict = "plateau" if max(gains) < PLATEAU_GAIN else "still improving"
+        held = [r.gate_score for r in runs]
+        if len(last) == len(runs) and all(h == h for h in held):       # every seed logged both (nan != nan)
+            gaps = [sign * (t - h) for t, h in zip(last, held)]
+            held_cell = (f"{statistics.fmean(held):.3f} ({min(held):.3f}-{max(held):.3f}) | "
+                         f"{statistics.fmean(gaps):+.3f} ({max(gaps):+.3f})")
+        else:
+            held_cell = "- | -"
         recalled, _ = _meta_rows(runs, f"{metric}_recalled")
         end = recalled[-1][1] if recalled and recalled[-1][0] == last_step else None
         recalled_cell = f"{statistics.fmean(end):.3f} ({min(end):.3f}-{max(end):.3f})" if end else "-"
@@ -488,7 +499,7 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
                 cells.append(f"{statistics.fmean(at_end[-1][1]):.3f}" if at_end and at_end[-1][0] == last_step else "-")
             reach_cell = " / ".join(cells) + " |"
         lines.append(f"| {key} | {len(runs)} | {last_step} | {metric} {statistics.fmean(last):.3f} "
-                     f"({min(last):.3f}-{max(last):.3f}) | {statistics.fmean(gains):+.3f} ({max(gains):+.3f}) | "
+                     f"({min(last):.3f}-{max(last):.3f}) | {held_cell} | {statistics.fmean(gains):+.3f} ({max(gains):+.3f}) | "
                      f"{verdict} | {reached} | {recalled_cell} | {reach_cell}".rstrip())
     return "\n".join(lines) if len(lines) > 2 else ""
 

@@ -438,6 +438,7 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
         flat = _run("ovq", s, [[1.0]])
         flat["meta_history"] = [{"step": k, "loss": 1.0, "accuracy": v, "accuracy_recalled": v - 0.5 + 0.1 * s}
                                 for k, v in ((100, 0.5), (200, 0.9), (300, 0.95), (400, 0.955))]
+        flat["gate"]["score"] = 0.5 + 0.1 * s          # held-out items: far below the training batches
         rising = _run("delta", s, [[1.0]])
         rising["meta_history"] = [{"step": k, "loss": 1.0, "accuracy": v}
                                   for k, v in ((100, 0.2), (200, 0.3), (300, 0.4), (400, 0.4 + 0.1 * s))]
@@ -448,8 +449,11 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
     delta = next(line for line in table.splitlines() if "delta" in line)
     # ovq gains 0.455 from step 100, 95% of it (0.432) by step 300; delta's seed 0 gains 0.2 by step 300 and
     # its seed 1 0.3, 95% of it only at step 400
-    assert "| 400 | accuracy 0.955 (0.955-0.955) | +0.005 (+0.005) | plateau | 300, 300 | 0.505 (0.455-0.555) |" in ovq
-    assert "| accuracy 0.450 (0.400-0.500) | +0.050 (+0.100) | still improving | 300, 400 | - |" in delta
+    # ovq: held-out 0.5 and 0.6 against 0.955 on the training batches (gaps 0.455 and 0.355); delta logged
+    # no held-out score
+    assert ("| 400 | accuracy 0.955 (0.955-0.955) | 0.550 (0.500-0.600) | +0.405 (+0.455) | +0.005 (+0.005) | "
+            "plateau | 300, 300 | 0.505 (0.455-0.555) |") in ovq
+    assert "| accuracy 0.450 (0.400-0.500) | - | - | +0.050 (+0.100) | still improving | 300, 400 | - |" in delta
     assert "by reach-back" not in table, "no column for runs that did not log it"
     # runs that split the recalled answers by reach-back get a column: the means at the last step
     for s, d in enumerate(r for r in runs if "ovq" in r["params"]["model.layers"]):
