@@ -827,7 +827,9 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     if spec.meta_curves:
         plot_meta_curves(records, os.path.join(root or PROJECT_DIR, spec.meta_curves), spec.title)
         parts += [f"Meta-training's learning curves (the metric on the training batches; plateau: every seed moved "
-                  f"by less than {PLATEAU_GAIN} over the last quarter of the steps):", "", meta_training_table(records),
+                  f"by less than {PLATEAU_GAIN} over the last quarter of the steps; held-out: the gate's score on items "
+                  "meta-training never drew, from the model `after_meta` made where it changes one):", "",
+                  meta_training_table(records),
                   "", f"![meta-training learning curves]({spec.meta_curves})", ""]
     if spec.meta_shared_with:
         from experiments import meta_agreement
