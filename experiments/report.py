@@ -480,8 +480,8 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
         last_step, last = rows[-1]
         gains = last_quarter_gains(runs)
         verdict = "plateau" if max(gains) < PLATEAU_GAIN else "still improving"
-        held = [r.gate_score for r in runs]
-        if len(last) == len(runs) and all(h == h for h in held):       # every seed logged both (nan != nan)
+        held = [r.gate_score for r in runs]            # in the order of ``last`` (one value per run)
+        if not any(math.isnan(h) for h in held):       # every seed measured the gate
             gaps = [sign * (t - h) for t, h in zip(last, held)]
             held_cell = (f"{statistics.fmean(held):.3f} ({min(held):.3f}-{max(held):.3f}) | "
                          f"{statistics.fmean(gaps):+.3f} ({max(gaps):+.3f})")
