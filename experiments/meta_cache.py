@@ -18,7 +18,9 @@ runner (which calls meta-training) and this module are part of META_CODE, so no 
 kept by hand; a test checks that the meta-training loop imports nothing outside it. Plugins loaded by
 the run (``plugins``, entry points) enter the key by their source
 (:func:`experiments.code_version.plugin_source_hash`), not only their names.
-``checkpoint.share_meta: false`` turns the sharing off.
+``checkpoint.share_meta: false`` turns the sharing off. The runner holds
+:func:`experiments.run_lock.meta_training_lock` on an entry from looking it up until it has stored it,
+so runs of one key started together meta-train it once.
 """
 from __future__ import annotations
 

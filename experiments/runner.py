@@ -49,7 +49,7 @@ from experiments import meta_cache
 from experiments.artifacts import forgetting_plot, matrix_csv
 from experiments.code_version import code_version, plugin_source_hash
 from experiments.config import RunConfig, with_data_seed
-from experiments.run_lock import run_lock
+from experiments.run_lock import meta_training_lock, run_lock
 from experiments.run_result import RunResult, combined_gate, delay_flag
 from experiments.tracking.params import default_tracking_uri, store_key
 from experiments.tracking.lifecycle import (avalanche_loggers, close_orphans, run_exists, run_tracker,
@@ -491,23 +491,27 @@ def meta_phase(run: ResolvedRun, session: Session, tracker, opening: Opening,
     if cfg.checkpoint.enabled and cfg.checkpoint.share_meta:
         source = getattr(run.bench, "meta_train_episodes", run.bench.meta_train)
         shared = meta_cache.meta_path(cfg, meta_cache.meta_key(cfg, source, world_size=run.world_size))
-    stored = None
-    if shared and progress is None:
-        stored = distributed.decided_by_rank0(lambda: meta_cache.load_meta(shared), lambda: meta_cache.load_meta(shared),
-                                              f"the shared meta-training {shared}")
-    if stored is not None:                 # the same meta-training already ran: its weights, history, RNG
-        session.model.load_state_dict(stored["model"])
-        set_rng_state(stored["rng"])
-        tracker.set_tags({"meta_train_shared": shared})
-        announce(f"ovq-cl: reusing the meta-training of an identical config, code and data ({shared}); "
-                 "checkpoint.share_meta=false trains it again")
-        outcome = MetaOutcome(stored["history"], "shared")
-    else:
-        with run.autocast():
-            history = _meta_train(run, session, tracker, progress)
-        if shared and run.main:
-            meta_cache.save_meta(shared, session.model, history)
-        outcome = MetaOutcome(history, "trained" if progress is None else "resumed")
+    # One process per shared entry decides and trains: a run started beside another with the same key
+    # waits for it and then loads what it stored, instead of meta-training the same weights beside it.
+    with meta_training_lock(shared, announce) if shared and run.main else contextlib.nullcontext():
+        stored = None
+        if shared and progress is None:
+            stored = distributed.decided_by_rank0(lambda: meta_cache.load_meta(shared),
+                                                  lambda: meta_cache.load_meta(shared),
+                                                  f"the shared meta-training {shared}")
+        if stored is not None:             # the same meta-training already ran: its weights, history, RNG
+            session.model.load_state_dict(stored["model"])
+            set_rng_state(stored["rng"])
+            tracker.set_tags({"meta_train_shared": shared})
+            announce(f"ovq-cl: reusing the meta-training of an identical config, code and data ({shared}); "
+                     "checkpoint.share_meta=false trains it again")
+            outcome = MetaOutcome(stored["history"], "shared")
+        else:
+            with run.autocast():
+                history = _meta_train(run, session, tracker, progress)
+            if shared and run.main:
+                meta_cache.save_meta(shared, session.model, history)
+            outcome = MetaOutcome(history, "trained" if progress is None else "resumed")
     if outcome.history:
         tracker.log_metrics({"meta_train/final_loss": outcome.history[-1]["loss"]}, step=0)
     return outcome

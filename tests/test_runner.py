@@ -283,10 +283,10 @@ def test_runs_with_the_same_meta_training_share_it_and_get_the_same_numbers(in_t
                            "checkpoint": {"dir": ckpt if share else str(root / "ckpt" / name), "share_meta": share}})
 
     run(cfg("meta_first", True))                                 # meta-trains, stores the weights
-    stored = os.listdir(os.path.join(ckpt, "meta"))
+    stored = entries(ckpt)
     assert len(stored) == 1
     reused = run(cfg("meta_reused", True, train_episodes=20))    # same meta-training, a longer stream
-    assert os.listdir(os.path.join(ckpt, "meta")) == stored
+    assert entries(ckpt) == stored
     alone = run(cfg("meta_alone", False, train_episodes=20))     # the same run, meta-training itself
     assert reused.R == alone.R and reused.gate == alone.gate
     from experiments.tracking import runs_table
@@ -296,7 +296,57 @@ def test_runs_with_the_same_meta_training_share_it_and_get_the_same_numbers(in_t
     # ... and the record says it too, where the report reads it (a loaded history is identical by construction)
     assert (reused.record()["meta_source"], alone.record()["meta_source"]) == ("shared", "trained")
     other = run(cfg("meta_other", True, n_values=12))            # the meta-training data differ: a new entry
-    assert len(os.listdir(os.path.join(ckpt, "meta"))) == 2 and other.R is not None
+    assert len(entries(ckpt)) == 2 and other.R is not None
+
+
+def entries(ckpt):
+    """The shared meta-training entries under a checkpoint folder (their lock files aside)."""
+    return sorted(f for f in os.listdir(os.path.join(ckpt, "meta")) if f.endswith(".pt"))
+
+
+def test_a_run_started_while_another_meta_trains_its_key_waits_and_loads_that_meta_training(in_tmp):
+    """Two runs of one meta-training key at once: the second waits for the first's lock, says whom it
+    waits for in one line, and loads what the first stored (here a holder that stores a finished entry
+    only after the run has started) instead of meta-training the same weights beside it."""
+    import shutil
+    import threading
+    import time
+
+    from experiments import meta_cache
+    from experiments.run_lock import meta_training_lock
+    from experiments.runner import resolve
+
+    root, _ = in_tmp
+
+    def cfg(name, ckpt):
+        return run_config({**TINY, "tracking": {"experiment": name}, "checkpoint": {"dir": str(root / "ckpt" / ckpt)}})
+
+    first = run(cfg("meta_lock_first", "lock_first"))                      # meta-trains: the entry to hand over
+    (done,) = entries(root / "ckpt" / "lock_first")
+    later = cfg("meta_lock_later", "lock_later")
+    resolved = resolve(later)                                              # the key as the run computes it
+    source = getattr(resolved.bench, "meta_train_episodes", resolved.bench.meta_train)
+    entry = meta_cache.meta_path(resolved.config, meta_cache.meta_key(resolved.config, source))
+    assert os.path.basename(entry) == done                                 # the same key, another folder
+    held, said = threading.Event(), []
+
+    def holder():                        # a process meta-training the key: it stores, then lets go
+        with meta_training_lock(entry, said.append):
+            held.set()
+            deadline = time.monotonic() + 120      # a run that never waits fails below, not hangs here
+            while not any("waiting for" in m for m in said) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            shutil.copy(root / "ckpt" / "lock_first" / "meta" / done, entry)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait()
+    second = run(later, announce=said.append)
+    thread.join()
+    waits = [m for m in said if "waiting for" in m]
+    assert len(waits) == 1 and f"process {os.getpid()} " in waits[0] and entry in waits[0]
+    assert second.record()["meta_source"] == "shared"                     # loaded, not trained beside it
+    assert second.R == first.R and second.meta_history == first.meta_history
 
 
 @pytest.mark.parametrize("mixer", ["ovq", "delta"])
