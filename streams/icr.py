@@ -439,10 +439,19 @@ def _draw_meta_sequence_items(cfg: ICRConfig, length: int, i: int):
     return x, y, _recalled_from_tokens(x, y, length)
 
 
+def _keys_outside(n_keys: int, taken) -> np.ndarray:
+    """The key tokens 2 .. n_keys + 1 not in ``taken`` (tokens), ascending, int64: the array
+    ``np.setdiff1d(np.arange(2, 2 + n_keys), taken)`` is, element for element (a known-answer test keeps
+    the draws that take from it unchanged), by a mask instead of sorting the whole key space on each call
+    (most of a meta-training item's time with 8,192 keys)."""
+    keep = np.ones(n_keys, np.bool_)
+    keep[np.asarray(taken, np.int64) - 2] = False
+    return (np.flatnonzero(keep) + 2).astype(np.int64)
+
+
 def _draw_meta_sequence(cfg: ICRConfig, length: int, i: int):
     E, D = cfg.meta_sequence_episodes, cfg.meta_reach_back
     rng = seeded_rng("icr", "meta_sequence", cfg.meta_seed, i)
-    all_keys = np.arange(2, 2 + cfg.n_keys)
     latest: Dict[int, int] = {}                  # key -> its newest value
     bound_in: List[List[int]] = []               # keys each episode bound
     xs, ys = [], []
@@ -451,7 +460,7 @@ def _draw_meta_sequence(cfg: ICRConfig, length: int, i: int):
         window = sorted({k for keys in bound_in[max(0, e - D):] for k in keys})
         n_rebind = min(int(round(cfg.meta_rebind_fraction * P)), len(window))
         again = rng.choice(window, n_rebind, replace=False).astype(np.int64) if n_rebind else np.zeros(0, np.int64)
-        fresh = rng.choice(np.setdiff1d(all_keys, window), P - n_rebind, replace=False).astype(np.int64)
+        fresh = rng.choice(_keys_outside(cfg.n_keys, window), P - n_rebind, replace=False).astype(np.int64)
         keys = np.concatenate([fresh, again])
         values = np.concatenate([
             rng.integers(0, cfg.n_values, len(fresh)) + 2 + cfg.n_keys,
@@ -506,7 +515,6 @@ def _draw_meta_block_items(cfg: ICRConfig, length: int, i: int):
     E, D, B, F = cfg.meta_sequence_episodes, cfg.meta_reach_back, cfg.meta_block_episodes, block_facts(cfg)
     P, Q = cfg.facts_per_episode, cfg.queries_per_episode
     rng = seeded_rng("icr", "meta_blocks", cfg.meta_seed, i)
-    all_keys = np.arange(2, 2 + cfg.n_keys, dtype=np.int64)
     bound_in_block = np.full(cfg.n_keys, -1, np.int64)   # the block that last put key k in its table (-1: never)
     latest: Dict[int, int] = {}                           # key -> its newest *presented* value
     last_seen: Dict[int, int] = {}                        # key -> the episode that last presented it
@@ -524,7 +532,7 @@ def _draw_meta_block_items(cfg: ICRConfig, length: int, i: int):
             block = e // B
             n_again = min(int(round(cfg.meta_rebind_fraction * F)), len(table_k))
             again = rng.choice(table_k, n_again, replace=False) if n_again else np.zeros(0, np.int64)
-            outside = np.setdiff1d(all_keys, table_k)
+            outside = _keys_outside(cfg.n_keys, table_k)
             # the keys bound longest ago first (never bound before any), ties at random: old facts stay
             # valid as long as the key space allows, so queries can reach back across blocks
             order = np.lexsort((rng.random(len(outside)), bound_in_block[outside - 2]))
@@ -629,7 +637,7 @@ def _delay_episode(cfg: ICRConfig, length: int, filler: int, i: int):
     keys = rng.choice(cfg.n_keys, P, replace=False).astype(np.int64) + 2
     values = rng.integers(0, cfg.n_values, P) + 2 + cfg.n_keys
     pairs_k, pairs_v, twice = _presentation(keys, values, cfg, rng)
-    others = np.setdiff1d(np.arange(2, 2 + cfg.n_keys), keys)
+    others = _keys_outside(cfg.n_keys, keys)
     parts_x, parts_y = [], []
     for _ in range(filler):
         fk = rng.choice(others, P, replace=False).astype(np.int64)

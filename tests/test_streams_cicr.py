@@ -225,3 +225,21 @@ def test_random_meta_regions_cover_many_directions_and_keep_away_from_the_stream
 def test_bad_meta_region_options_get_one_line(options, message):
     with pytest.raises(ValueError, match=message):
         cicr_data({**OPTIONS, **options})
+
+
+def test_random_region_meta_training_items_are_the_ones_earlier_code_drew():
+    # Known answer: the sha256 of meta-training items 0-19 (vectors and labels) of a random-region stream, as
+    # drawn by the code that made studies 24, 27 and 28's meta-training sets (before 2026-12-06's faster key
+    # draw, which must draw the same numbers). A change here changes what those studies meta-trained on.
+    import hashlib
+
+    bench = stream_benchmark("cicr", dict(n_experiences=4, n_keys=1024, facts_per_experience=16, facts_per_episode=8,
+                                          queries_per_episode=4, train_episodes=4, test_episodes=2,
+                                          meta_sequence_episodes=4, meta_reach_back=3, meta_rebind_fraction=0.25,
+                                          shift_degrees=90, meta_regions="random", meta_train_episodes=64, seed=5))
+    source = getattr(bench, "meta_train_episodes", bench.meta_train)
+    h = hashlib.sha256()
+    for i in range(20):
+        for t in source[i][:2]:
+            h.update(t.numpy().tobytes())
+    assert h.hexdigest()[:16] == "7a384db5aab11ed4"

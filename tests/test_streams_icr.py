@@ -1,4 +1,5 @@
 """ICR stream: determinism, disjoint key regions, test episodes from memory only, latest bindings, errors."""
+import numpy as np
 import pytest
 import torch
 
@@ -193,3 +194,33 @@ def test_long_horizon_items_are_the_ones_earlier_code_drew(variant, E, D, B, dig
         for t in icr._meta_block_items(cfg, length, i):
             h.update(t.numpy().tobytes())
     assert h.hexdigest()[:16] == digest
+
+
+@pytest.mark.parametrize("variant, digest", [("basic", "78b2164d5d5caa09"), ("positional", "b704b493cb523ce3")])
+def test_meta_sequence_items_are_the_ones_earlier_code_drew(variant, digest):
+    # Known answer: the sha256 of items 0-19 of the episodes-in-a-row meta-training set (meta_sequence_episodes
+    # > 1, no blocks: the continuous-key stream's) as drawn before the keys outside a window were taken by a
+    # mask instead of np.setdiff1d (2026-12-06). A change here changes those meta-training sets.
+    import hashlib
+
+    from streams import icr
+
+    cfg = icr_config(dict(variant=variant, n_keys=512, n_values=16, facts_per_experience=8, facts_per_episode=6,
+                          queries_per_episode=4, meta_rebind_fraction=0.25, seed=11, meta_sequence_episodes=5,
+                          meta_reach_back=3))
+    length = 2 * (6 + cfg.rebind_within) + 1 + 2 * 4
+    h = hashlib.sha256()
+    for i in range(20):
+        for t in icr._meta_sequence_items(cfg, length, i):
+            h.update(t.numpy().tobytes())
+    assert h.hexdigest()[:16] == digest
+
+
+def test_keys_outside_is_setdiff1d_of_the_key_space():
+    from streams import icr
+
+    rng = np.random.default_rng(0)
+    for taken in ([], [2], [2, 3, 513], rng.choice(np.arange(2, 514), 40, replace=False).tolist()):
+        want = np.setdiff1d(np.arange(2, 514), taken)
+        got = icr._keys_outside(512, taken)
+        assert got.dtype == np.int64 and np.array_equal(got, want)
