@@ -181,19 +181,25 @@ def test_long_horizon_items_are_the_ones_earlier_code_drew(variant, E, D, B, dig
     # Known answer: the sha256 of items 0-19 (tokens, labels, recalled mask) as drawn by the code that made
     # studies 17 and 23's meta-training sets, before the draw was rewritten to write items in place. A change
     # here changes every long-horizon meta-training set, and with it what earlier runs' records mean.
-    import hashlib
-
     from streams import icr
 
-    cfg = icr_config(dict(variant=variant, n_keys=32, n_values=16, facts_per_experience=8, facts_per_episode=6,
-                          queries_per_episode=4, meta_rebind_fraction=0.25, seed=11, meta_sequence_episodes=E,
-                          meta_reach_back=D, meta_block_episodes=B))
+    assert meta_items_digest(icr._meta_block_items, variant=variant, n_keys=32, meta_sequence_episodes=E,
+                             meta_reach_back=D, meta_block_episodes=B) == digest
+
+
+def meta_items_digest(items, **options) -> str:
+    """The sha256 (16 hex digits) of meta-training items 0-19 (every tensor ``items(cfg, length, i)``
+    returns) of a small ICR config with ``options``."""
+    import hashlib
+
+    cfg = icr_config(dict(n_values=16, facts_per_experience=8, facts_per_episode=6, queries_per_episode=4,
+                          meta_rebind_fraction=0.25, seed=11, **options))
     length = 2 * (6 + cfg.rebind_within) + 1 + 2 * 4
     h = hashlib.sha256()
     for i in range(20):
-        for t in icr._meta_block_items(cfg, length, i):
+        for t in items(cfg, length, i):
             h.update(t.numpy().tobytes())
-    assert h.hexdigest()[:16] == digest
+    return h.hexdigest()[:16]
 
 
 @pytest.mark.parametrize("variant, digest", [("basic", "78b2164d5d5caa09"), ("positional", "b704b493cb523ce3")])
@@ -201,19 +207,10 @@ def test_meta_sequence_items_are_the_ones_earlier_code_drew(variant, digest):
     # Known answer: the sha256 of items 0-19 of the episodes-in-a-row meta-training set (meta_sequence_episodes
     # > 1, no blocks: the continuous-key stream's) as drawn before the keys outside a window were taken by a
     # mask instead of np.setdiff1d (2026-12-06). A change here changes those meta-training sets.
-    import hashlib
-
     from streams import icr
 
-    cfg = icr_config(dict(variant=variant, n_keys=512, n_values=16, facts_per_experience=8, facts_per_episode=6,
-                          queries_per_episode=4, meta_rebind_fraction=0.25, seed=11, meta_sequence_episodes=5,
-                          meta_reach_back=3))
-    length = 2 * (6 + cfg.rebind_within) + 1 + 2 * 4
-    h = hashlib.sha256()
-    for i in range(20):
-        for t in icr._meta_sequence_items(cfg, length, i):
-            h.update(t.numpy().tobytes())
-    assert h.hexdigest()[:16] == digest
+    assert meta_items_digest(icr._meta_sequence_items, variant=variant, n_keys=512, meta_sequence_episodes=5,
+                             meta_reach_back=3) == digest
 
 
 def test_keys_outside_is_setdiff1d_of_the_key_space():
