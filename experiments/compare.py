@@ -229,16 +229,20 @@ def late_learning(r: RunRecord) -> float:
 
 def stopped_summary(runs: Sequence[RunRecord]) -> str:
     """``"0/5"``, or ``"3/5 (from exp 1)"``: runs that stopped learning, and the earliest experience.
-    A run whose learning scores cannot be read against chance (no R matrix or no stream chance, e.g. a
-    record rebuilt from MLflow's latest metric values) is unmeasured, never counted as "did not stop":
-    ``"1/3 (from exp 2; 2 unmeasured)"``, or ``"unmeasured"`` when no run is measured."""
+    A run that never passed the bar on experience 0 cannot stop and is not counted as one that kept
+    learning either: ``"0/5 (5 never learned exp 0)"``. A run whose learning scores cannot be read
+    against chance (no R matrix or no stream chance, e.g. a record rebuilt from MLflow's latest metric
+    values) is unmeasured, never counted as "did not stop": ``"1/3 (from exp 2; 2 unmeasured)"``, or
+    ``"unmeasured"`` when no run is measured."""
     measured = [r for r in runs if any(not math.isnan(s) for s in experience_skills(r))
                 and not math.isnan(r.stream_threshold)]
     unmeasured = len(runs) - len(measured)
     if runs and not measured:
         return "unmeasured"
     at = [j for j in (stopped_learning_at(r) for r in measured) if j is not None]
-    notes = ([f"from exp {min(at)}"] if at else []) + ([f"{unmeasured} unmeasured"] if unmeasured else [])
+    never = sum(not experience_skills(r)[0] >= r.stream_threshold for r in measured)
+    notes = (([f"from exp {min(at)}"] if at else []) + ([f"{never} never learned exp 0"] if never else [])
+             + ([f"{unmeasured} unmeasured"] if unmeasured else []))
     return f"{len(at)}/{len(measured)}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -469,21 +473,26 @@ def _parameters_cell(runs: Sequence[RunRecord]) -> str:
 
 
 def summary_table(records: Iterable[RunRecord]) -> str:
-    """One row per configuration: gate, scores, both forgetting definitions and BWT (95% CIs over seeds),
-    state bytes per layer and lane, parameters. A second table against the facts in force when any
+    """One row per configuration: gate, scores, the runs that stopped learning, both forgetting
+    definitions and BWT (95% CIs over seeds), state bytes per layer and lane, parameters. A second table against the facts in force when any
     run has one."""
     records = list(records)
     groups = group_records(records)
     metric = ", ".join(sorted({r.metric for r in records})) or "?"
-    head = ["configuration", "metric", "n", "learned gate", *COLUMNS, "state bytes/layer/lane",
-            "shared memory bytes/layer", "parameters"]
-    lines = [f"metric: {metric}; cells: mean ± std [95% CI] (n seeds); forgetting_max: Chaudhry et al. 2018, "
+    head = ["configuration", "metric", "n", "learned gate", *SCORES, "stopped learning", *FORGETTING,
+            "state bytes/layer/lane", "shared memory bytes/layer", "parameters"]
+    lines = [f"metric: {metric}; cells: mean ± std [95% CI] (n seeds); stopped learning: runs whose learning "
+             "score R[j][j] fell below the stream gate's skill bar at an experience after the first, which "
+             "passed it (the earliest such experience, counted from 0); forgetting_max: Chaudhry et al. 2018, "
              "forgetting_learned: Avalanche's (R[i][i] - R[j][i])", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(groups):
         runs = groups[key]
         cells = [key, ", ".join(sorted({r.metric for r in runs})), str(len(runs)), _gate_cell(runs)]
-        cells += [_cell(runs, c, needs_learning=c in FORGETTING) for c in COLUMNS]
+        # plasticity beside stability: a memory that forgets little because it stopped taking new facts
+        # shows it in the same row
+        cells += [_cell(runs, c) for c in SCORES] + [stopped_summary(runs)]
+        cells += [_cell(runs, c, needs_learning=True) for c in FORGETTING]
         cells += [_bytes_cell(runs), _shared_cell(runs), _parameters_cell(runs)]
         lines.append("| " + " | ".join(cells) + " |")
     with_current = {k: v for k, v in groups.items() if any(r.summary_current for r in v)}

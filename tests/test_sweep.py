@@ -1,4 +1,6 @@
 """Sweeps: a grid expands to configs, runs nest under one parent run, the comparison aggregates seeds."""
+import re
+
 import pytest
 
 from experiments import compare
@@ -52,7 +54,12 @@ def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch, new_sto
     assert len(rows) == 1 and "(2)" in rows[0] and "[" in rows[0]          # one configuration, n = 2, with CIs
     from_store = compare.summary_table(compare.mlflow_records("sweep-test", uri))
     from_json = compare.summary_table([compare.record_from_json(json.loads(json.dumps(r.record()))) for r in results])
-    assert from_store == text == from_json
+    assert text == from_json
+    # MLflow keeps each metric's latest value, not R's diagonal against each experience's chance: the
+    # stopped-learning cell of a table read from the store says so, and every other cell is the same
+    stopped = re.compile(r"\| (\d+/\d+( \(from exp \d+\))?|unmeasured) \| (?=(not learned|[-+]?\d))")
+    assert "| unmeasured |" in from_store and "| unmeasured |" not in from_json
+    assert stopped.sub("| - | ", from_store) == stopped.sub("| - | ", from_json)
     png = compare.curves_plot([compare.record_from_result(r) for r in results], str(tmp_path / "curves.png"))
     assert open(png, "rb").read(4) == b"\x89PNG"
 
@@ -81,6 +88,25 @@ def test_not_learned_runs_show_no_forgetting_number():
     assert linear.count("not learned") == 3 and "0.005" not in linear and "0/3 learned" in linear
     ovq = next(line for line in text.splitlines() if "'ovq'" in line)
     assert "0.080 ± 0.000" in ovq and "1,000" in ovq and "123" in ovq
+
+
+def test_the_summary_table_shows_runs_that_stopped_learning_beside_their_forgetting():
+    """A memory that takes in the first experience and then nothing new forgets nothing: its row says it
+    stopped learning (and from which experience), beside a zero forgetting; one that keeps learning says 0."""
+    import dataclasses
+
+    def run(layers, seed, diagonal):
+        R = [[diagonal[i] if i <= j else 0.1 for i in range(3)] for j in range(3)]
+        return dataclasses.replace(_record(layers, seed, 0.4), R=R, stream_threshold=0.1, stream_chances=[0.1] * 3)
+
+    records = [run("ovq", s, [0.6, 0.15, 0.1]) for s in range(2)] + [run("full", s, [0.6, 0.6, 0.6]) for s in range(2)]
+    lines = compare.summary_table(records).splitlines()
+    head = [c.strip() for c in next(line for line in lines if line.startswith("| configuration")).strip("|").split("|")]
+    column = head.index("stopped learning")
+    assert head[column - 1] == "learning_average" and head[column + 1] == "forgetting_max"
+    cell = {k: [c.strip() for c in next(line for line in lines if k in line).strip("|").split("|")][column]
+            for k in ("'ovq'", "'full'")}
+    assert cell == {"'ovq'": "2/2 (from exp 1)", "'full'": "0/2"}
 
 
 def test_paired_comparison_against_a_baseline():

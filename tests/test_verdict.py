@@ -79,6 +79,7 @@ def test_a_write_once_or_never_writing_memory_is_not_reported_as_the_better_memo
     assert once.late_learning.mean_difference == pytest.approx(0.8, abs=0.01)
     assert compare.stopped_learning_at(records[5]) == 1 and compare.stopped_learning_at(records[0]) is None
     assert compare.stopped_learning_at(records[10]) is None          # never learned at all: its gates say so
+    assert never.stopped == ("0/5", "0/5 (5 never learned exp 0)")   # ... and its count does not hide it
 
 
 def test_a_run_whose_learning_cannot_be_read_is_unmeasured_not_counted_as_still_learning():
