@@ -474,8 +474,8 @@ def _parameters_cell(runs: Sequence[RunRecord]) -> str:
 
 def summary_table(records: Iterable[RunRecord]) -> str:
     """One row per configuration: gate, scores, the runs that stopped learning, both forgetting
-    definitions and BWT (95% CIs over seeds), state bytes per layer and lane, parameters. A second table against the facts in force when any
-    run has one."""
+    definitions and BWT (95% CIs over seeds), state bytes per layer and lane, parameters. A second
+    table against the facts in force when any run has one."""
     records = list(records)
     groups = group_records(records)
     metric = ", ".join(sorted({r.metric for r in records})) or "?"

@@ -57,7 +57,7 @@ def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch, new_sto
     assert text == from_json
     # MLflow keeps each metric's latest value, not R's diagonal against each experience's chance: the
     # stopped-learning cell of a table read from the store says so, and every other cell is the same
-    stopped = re.compile(r"\| (\d+/\d+( \(from exp \d+\))?|unmeasured) \| (?=(not learned|[-+]?\d))")
+    stopped = re.compile(r"\| (\d+/\d+( \([^)|]*\))?|unmeasured) \| (?=(not learned|[-+]?\d))")
     assert "| unmeasured |" in from_store and "| unmeasured |" not in from_json
     assert stopped.sub("| - | ", from_store) == stopped.sub("| - | ", from_json)
     png = compare.curves_plot([compare.record_from_result(r) for r in results], str(tmp_path / "curves.png"))
