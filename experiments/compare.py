@@ -250,9 +250,42 @@ def record_from_result(result) -> RunRecord:
     return record_from_json(result.record())
 
 
-def record_from_mlflow(row: Dict[str, Any]) -> RunRecord:
-    """A record from :func:`experiments.tracking.runs_table`'s row (latest metric values, params, tags)."""
+def result_matrix_from_history(history: Dict[str, Dict[int, float]]) -> Optional[List[List[Optional[float]]]]:
+    """R from a run's logged metric histories: R[j][i] is ``R/eval_i`` at step j (logged after experience
+    j), None where nothing was logged (an unmeasured cell); None when the run logged no row."""
+    steps = history.get("stream/learning_score") or {}
+    evals = sorted((k for k in history if k.startswith("R/eval_")), key=lambda k: int(k[len("R/eval_"):]))
+    if not steps or not evals:
+        return None
+    rows = max(steps) + 1
+    return [[history[k].get(j) for k in evals] for j in range(rows)]
+
+
+def history_keys(metrics: Dict[str, float]) -> List[str]:
+    """The metrics whose per-step values :func:`record_from_mlflow` reads: R's cells and the tokens."""
+    return sorted(k for k in metrics if k.startswith("R/eval_")) + ["stream/learning_score", "stream/tokens_per_lane"]
+
+
+def record_from_mlflow(row: Dict[str, Any], history: Optional[Dict[str, Dict[int, float]]] = None) -> RunRecord:
+    """A record from :func:`experiments.tracking.runs_table`'s row (latest metric values, params, tags)
+    and, where given, the run's metric histories (:func:`history_keys`): R and the tokens after each
+    experience, and each experience's chance (logged one by one since 2026-12-07, else rebuilt from the
+    run's stream parameters as for a JSON record), so that the per-experience learning gate reads the
+    same from MLflow as from the sweep's JSON."""
     m, p, tags = row["metrics"], row["params"], row["tags"]
+    R = tokens_after = None
+    chances: List[float] = []
+    if history is not None:
+        R = result_matrix_from_history(history)
+        tokens = history.get("stream/tokens_per_lane") or {}
+        tokens_after = [int(tokens[j]) for j in range(len(R))] if R and all(j in tokens for j in range(len(R))) else None
+    if R:
+        logged = [m.get(f"stream_gate/chance/exp_{j}") for j in range(len(R))]
+        if all(c is not None for c in logged):
+            chances = [float(c) for c in logged]
+        else:
+            from experiments.stream_chances import experience_chances
+            chances = experience_chances(p, tags.get("metric", "?"), _num(m.get("stream_gate/chance")))
     flag = {"true": True, "false": False}.get(tags.get("learned_overall", ""), None)
     layers = sorted((k for k in m if k.startswith("state_bytes/layer")), key=lambda k: int(k.rsplit("layer", 1)[1]))
     return RunRecord(
@@ -264,8 +297,20 @@ def record_from_mlflow(row: Dict[str, Any]) -> RunRecord:
         state_bytes=[m[k] for k in layers], parameters=int(m.get("model/parameters", 0)),
         seed=_int(p.get("seed")), data_seed=_int(p.get("stream.options.seed", p.get("seed"))),
         config_id=tags.get("config_id"), code_version=tags.get("code_version"),
-        finished_at=float(row.get("end_time") or 0),
+        finished_at=float(row.get("end_time") or 0), R=R, tokens_after=tokens_after,
+        stream_chance=_num(m.get("stream_gate/chance")), stream_threshold=_num(m.get("stream_gate/threshold")),
+        stream_chances=chances, **_memory_from_mlflow(m, p),
     )
+
+
+def _memory_from_mlflow(m: Dict[str, float], p: Dict[str, str]) -> Dict[str, Any]:
+    """Shared memory bytes per layer and learned-buffer numbers as the run logged them, or derived from
+    its params (as for a JSON record) for runs made before they were logged."""
+    shared = sorted((k for k in m if k.startswith("model/shared_bytes/layer")), key=lambda k: int(k.rsplit("layer", 1)[1]))
+    if shared and "model/learned_buffers" in m:
+        return {"shared_bytes": [m[k] for k in shared], "learned_buffers": int(m["model/learned_buffers"])}
+    derived = derived_memory(p)
+    return {"shared_bytes": derived[0], "learned_buffers": derived[1]}
 
 
 def _num(v) -> float:
@@ -1171,9 +1216,11 @@ def mlflow_records(experiment: str, tracking_uri: str = None, filter_string: str
     if client.get_experiment_by_name(experiment) is None:
         known = sorted(e.name for e in client.search_experiments())
         raise ValueError(f"no experiment {experiment!r} in {uri}; known: {known}")
+    from experiments.tracking.query import metric_histories
+
     rows = [r for r in runs_table(experiment, tracking_uri, filter_string)
             if r["status"] == "FINISHED" and r["tags"].get("kind") != "sweep"]
-    return [record_from_mlflow(r) for r in rows]
+    return [record_from_mlflow(r, metric_histories(r["run_id"], history_keys(r["metrics"]), uri)) for r in rows]
 
 
 def table(results: Iterable) -> str:

@@ -805,6 +805,8 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
     final = _prefixed(summary, "final")
     final.update(_prefixed(summary_current, "final_current"))
     final.update({f"stream_gate/{k}": float(v) for k, v in s_gate.items() if v is not None and k not in ("learned", "chances")})
+    # one by one, so a table read back from MLflow scores each R[j][j] against its own experience's chance
+    final.update({f"stream_gate/chance/exp_{j}": float(c) for j, c in enumerate(chances)})
     tracker.log_metrics(final, step=len(results.R) - 1)
     tracker.log_text(matrix_csv(results.R), "result_matrix.csv")
     states = distributed.gather_lanes(session.strategy.states)          # every rank's lanes

@@ -50,7 +50,10 @@ def _rebuild(name: str, options: Dict[str, object], metric: str) -> Optional[Tup
 
 def experience_chances(params: Dict[str, str], metric: str, stored_pooled: float) -> List[float]:
     """The per-experience chances of a record's stream (``params``: its flattened config), or [] when the
-    stream cannot be rebuilt or its rebuilt pooled chance differs from ``stored_pooled`` (relative 1e-6)."""
+    stream cannot be rebuilt or its rebuilt chance differs from the stored one (relative 1e-6). The stored
+    chance is the pooled one for a run made before 2026-12-04 and, since, the mean of the per-experience
+    chances (the stream gate's ``chance``; a run read back from MLflow that did not log them one by one):
+    either matches, as both are functions of the test labels the run saw."""
     name = params.get("stream.name")
     if not name or math.isnan(stored_pooled):
         return []
@@ -59,7 +62,10 @@ def experience_chances(params: Dict[str, str], metric: str, stored_pooled: float
     if key not in _CACHE:
         _CACHE[key] = _rebuild(str(name), options, metric)
     built = _CACHE[key]
-    if built is None or not math.isclose(built[1], stored_pooled, rel_tol=1e-6, abs_tol=1e-9):
+    def same(x: float) -> bool:
+        return math.isclose(x, stored_pooled, rel_tol=1e-6, abs_tol=1e-9)
+
+    if built is None or not (same(built[1]) or (built[0] and same(sum(built[0]) / len(built[0])))):
         _UNREBUILT.add(key)
         return []
     return list(built[0])

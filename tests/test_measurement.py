@@ -352,6 +352,9 @@ def test_a_stored_record_is_rescored_with_its_rebuilt_streams_per_experience_cha
     pooled = chance_score("accuracy", torch.cat(labels))
     assert stream_chances.experience_chances(params, "accuracy", pooled) == pytest.approx(own)
     assert stream_chances.experience_chances(params, "accuracy", pooled + 0.01) == []
+    # a run made since stores the mean of its per-experience chances as the stream gate's chance
+    assert sum(own) / 3 != pytest.approx(pooled)
+    assert stream_chances.experience_chances(params, "accuracy", sum(own) / 3) == pytest.approx(own)
     # R[j][j] at each experience's own chance: the stored (pooled) gate said learned, the current rule does not
     R = [[own[0], 0, 0], [0, own[1], 0], [0, 0, own[2]]]
     record = {"label": "x", "params": params, "metric": "accuracy", "summary": {}, "R": R,

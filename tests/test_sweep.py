@@ -1,4 +1,5 @@
 """Sweeps: a grid expands to configs, runs nest under one parent run, the comparison aggregates seeds."""
+import math
 import re
 
 import pytest
@@ -55,11 +56,12 @@ def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch, new_sto
     from_store = compare.summary_table(compare.mlflow_records("sweep-test", uri))
     from_json = compare.summary_table([compare.record_from_json(json.loads(json.dumps(r.record()))) for r in results])
     assert text == from_json
-    # MLflow keeps each metric's latest value, not R's diagonal against each experience's chance: the
-    # stopped-learning cell of a table read from the store says so, and every other cell is the same
-    stopped = re.compile(r"\| (\d+/\d+( \([^)|]*\))?|unmeasured) \| (?=(not learned|[-+]?\d))")
-    assert "| unmeasured |" in from_store and "| unmeasured |" not in from_json
-    assert stopped.sub("| - | ", from_store) == stopped.sub("| - | ", from_json)
+    # read back from MLflow (R from the metric histories, each experience's chance one by one) every cell
+    # is the JSON's, the stopped-learning column (R's diagonal against each experience's chance) included
+    records = compare.mlflow_records("sweep-test", uri)
+    assert sorted(map(repr, (r.R for r in records))) == sorted(repr(r.R) for r in results)
+    assert all(r.stream_chances and not math.isnan(r.stream_threshold) for r in records)
+    assert from_store == from_json and "unmeasured" not in from_store
     png = compare.curves_plot([compare.record_from_result(r) for r in results], str(tmp_path / "curves.png"))
     assert open(png, "rb").read(4) == b"\x89PNG"
 
@@ -308,3 +310,14 @@ def test_a_fresh_machine_reads_finished_runs_back_from_the_sweeps_records(tmp_pa
     assert [r.record()["R"] for r in results[:2]] == [r.record()["R"] for r in first]
     run_sweep(expand(base("new"), [], {"seed": ["0"]}), "piece", out=out, rerun=True)
     assert ran == [2, 0]                                      # --rerun: run again, never read back
+
+
+def test_a_record_read_from_mlflow_carries_vq_codebook_bytes_logged_or_derived_from_its_params():
+    params = {"model.layers": "['vq']", "model.n_layers": "2", "model.d_model": "64", "model.n_heads": "4",
+              "model.mixers.vq.codebook_size": "16"}
+    row = {"metrics": {}, "params": params, "tags": {}}
+    derived = compare.record_from_mlflow(row)
+    assert derived.shared_bytes == compare.derived_memory(params)[0] and all(b > 0 for b in derived.shared_bytes)
+    logged = {"model/shared_bytes/layer0": 7.0, "model/shared_bytes/layer1": 9.0, "model/learned_buffers": 3.0}
+    read = compare.record_from_mlflow({**row, "metrics": logged})
+    assert read.shared_bytes == [7.0, 9.0] and read.learned_buffers == 3

@@ -292,3 +292,19 @@ def test_processes_creating_one_sqlite_store_together_all_succeed(tmp_path):
     while not errors.empty():
         found.append(errors.get())
     assert not found, found
+
+
+def test_metric_histories_keep_each_steps_latest_value_as_a_resumed_run_logs_an_experience_again(tmp_path, new_store):
+    import time
+
+    from experiments.tracking.query import metric_histories
+    from experiments.tracking.runs import tracking_client
+
+    uri = new_store(tmp_path / "h.db")
+    client = tracking_client(uri)
+    run = client.create_run(client.create_experiment("h"))
+    t0 = int(time.time() * 1000)
+    for step, value, at in ((0, 0.5, t0), (1, 0.25, t0 + 1), (1, 0.75, t0 + 2)):     # step 1 again, later
+        client.log_metric(run.info.run_id, "R/eval_0", value, timestamp=at, step=step)
+    got = metric_histories(run.info.run_id, ["R/eval_0", "never/logged"], uri)
+    assert got == {"R/eval_0": {0: 0.5, 1: 0.75}, "never/logged": {}}

@@ -38,3 +38,15 @@ def runs_table(experiment: str, tracking_uri: Optional[str] = None, filter_strin
         token = page.token
         if not token:
             return rows
+
+
+def metric_histories(run_id: str, keys: List[str], tracking_uri: Optional[str] = None) -> Dict[str, Dict[int, float]]:
+    """Each metric's value at each step of one run: ``{key: {step: value}}`` (``{}`` for a key never
+    logged). Where a step was logged twice (a run resumed from a checkpoint logs an experience again), the
+    later value wins."""
+    client = tracking_client(default_tracking_uri(tracking_uri))
+    out: Dict[str, Dict[int, float]] = {}
+    for key in keys:
+        history = sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp)
+        out[key] = {int(m.step): float(m.value) for m in history}
+    return out
