@@ -212,11 +212,15 @@ def stopped_learning_at(r: RunRecord) -> Optional[int]:
     stream gate's skill threshold after experience 0 passed it (a memory that stopped taking new facts),
     None when every experience passes, or when experience 0 did not (that run did not learn at all,
     which the run's own gates say). A finding shown in the tables, not an exclusion."""
-    skills = experience_skills(r)
-    if not skills or math.isnan(r.stream_threshold) or not skills[0] >= r.stream_threshold:
+    return _stopped_at(experience_skills(r), r.stream_threshold)
+
+
+def _stopped_at(skills: List[float], threshold: float) -> Optional[int]:
+    """:func:`stopped_learning_at` on a run's per-experience skills, computed once by the caller."""
+    if not skills or math.isnan(threshold) or not skills[0] >= threshold:
         return None
     for j, s in enumerate(skills[1:], 1):
-        if not s >= r.stream_threshold:
+        if not s >= threshold:
             return j
     return None
 
@@ -231,16 +235,16 @@ def stopped_summary(runs: Sequence[RunRecord]) -> str:
     """``"0/5"``, or ``"3/5 (from exp 1)"``: runs that stopped learning, and the earliest experience.
     A run that never passed the bar on experience 0 cannot stop and is not counted as one that kept
     learning either: ``"0/5 (5 never learned exp 0)"``. A run whose learning scores cannot be read
-    against chance (no R matrix or no stream chance, e.g. a record rebuilt from MLflow's latest metric
-    values) is unmeasured, never counted as "did not stop": ``"1/3 (from exp 2; 2 unmeasured)"``, or
+    against chance (no R matrix or no stream chance, e.g. an MLflow run that logged no R and whose stream
+    cannot be rebuilt) is unmeasured, never counted as "did not stop": ``"1/3 (from exp 2; 2 unmeasured)"``, or
     ``"unmeasured"`` when no run is measured."""
-    measured = [r for r in runs if any(not math.isnan(s) for s in experience_skills(r))
-                and not math.isnan(r.stream_threshold)]
+    skills = [(experience_skills(r), r.stream_threshold) for r in runs]
+    measured = [(s, t) for s, t in skills if any(not math.isnan(x) for x in s) and not math.isnan(t)]
     unmeasured = len(runs) - len(measured)
     if runs and not measured:
         return "unmeasured"
-    at = [j for j in (stopped_learning_at(r) for r in measured) if j is not None]
-    never = sum(not experience_skills(r)[0] >= r.stream_threshold for r in measured)
+    at = [j for j in (_stopped_at(s, t) for s, t in measured) if j is not None]
+    never = sum(not s[0] >= t for s, t in measured)
     notes = (([f"from exp {min(at)}"] if at else []) + ([f"{never} never learned exp 0"] if never else [])
              + ([f"{unmeasured} unmeasured"] if unmeasured else []))
     return f"{len(at)}/{len(measured)}" + (f" ({'; '.join(notes)})" if notes else "")

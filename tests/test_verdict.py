@@ -85,7 +85,7 @@ def test_a_write_once_or_never_writing_memory_is_not_reported_as_the_better_memo
 def test_a_run_whose_learning_cannot_be_read_is_unmeasured_not_counted_as_still_learning():
     import dataclasses
     once = [compare.record_from_json(_write_once(s)) for s in range(3)]
-    # as a record rebuilt from MLflow's latest metrics: no R matrix, no stream chance
+    # a record whose learning scores cannot be read: no R matrix, no stream chance
     blind = [dataclasses.replace(r, R=[], stream_chances=[], stream_chance=float("nan")) for r in once]
     assert compare.stopped_summary(blind) == "unmeasured"
     assert compare.stopped_summary(once[:1] + blind[1:]) == "1/1 (from exp 1; 2 unmeasured)"
