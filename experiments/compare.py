@@ -291,14 +291,13 @@ def record_from_mlflow(row: Dict[str, Any], history: Optional[Dict[str, Dict[int
             from experiments.stream_chances import experience_chances
             chances = experience_chances(p, tags.get("metric", "?"), _num(m.get("stream_gate/chance")))
     flag = {"true": True, "false": False}.get(tags.get("learned_overall", ""), None)
-    layers = sorted((k for k in m if k.startswith("state_bytes/layer")), key=lambda k: int(k.rsplit("layer", 1)[1]))
     return RunRecord(
         label=row.get("run_name", ""), params=_params(p), metric=tags.get("metric", "?"),
         summary={k[len("final/"):]: v for k, v in m.items() if k.startswith("final/")},
         summary_current={k[len("final_current/"):]: v for k, v in m.items() if k.startswith("final_current/")},
         learned=flag, gate_skill=_num(m.get("gate/skill")), gate_score=_num(m.get("gate/score")),
         stream_skill=_num(m.get("stream_gate/skill")),
-        state_bytes=[m[k] for k in layers], parameters=int(m.get("model/parameters", 0)),
+        state_bytes=_per_layer(m, "state_bytes/layer"), parameters=int(m.get("model/parameters", 0)),
         seed=_int(p.get("seed")), data_seed=_int(p.get("stream.options.seed", p.get("seed"))),
         config_id=tags.get("config_id"), code_version=tags.get("code_version"),
         finished_at=float(row.get("end_time") or 0), R=R, tokens_after=tokens_after,
@@ -307,12 +306,18 @@ def record_from_mlflow(row: Dict[str, Any], history: Optional[Dict[str, Dict[int
     )
 
 
+def _per_layer(m: Dict[str, float], prefix: str) -> List[float]:
+    """The values of the metrics ``{prefix}0``, ``{prefix}1``, ... in layer order."""
+    keys = sorted((k for k in m if k.startswith(prefix)), key=lambda k: int(k[len(prefix):]))
+    return [m[k] for k in keys]
+
+
 def _memory_from_mlflow(m: Dict[str, float], p: Dict[str, str]) -> Dict[str, Any]:
     """Shared memory bytes per layer and learned-buffer numbers as the run logged them, or derived from
     its params (as for a JSON record) for runs made before they were logged."""
-    shared = sorted((k for k in m if k.startswith("model/shared_bytes/layer")), key=lambda k: int(k.rsplit("layer", 1)[1]))
+    shared = _per_layer(m, "model/shared_bytes/layer")
     if shared and "model/learned_buffers" in m:
-        return {"shared_bytes": [m[k] for k in shared], "learned_buffers": int(m["model/learned_buffers"])}
+        return {"shared_bytes": shared, "learned_buffers": int(m["model/learned_buffers"])}
     derived = derived_memory(p)
     return {"shared_bytes": derived[0], "learned_buffers": derived[1]}
 
@@ -1224,7 +1229,7 @@ def mlflow_records(experiment: str, tracking_uri: str = None, filter_string: str
 
     rows = [r for r in runs_table(experiment, tracking_uri, filter_string)
             if r["status"] == "FINISHED" and r["tags"].get("kind") != "sweep"]
-    return [record_from_mlflow(r, metric_histories(r["run_id"], history_keys(r["metrics"]), uri)) for r in rows]
+    return [record_from_mlflow(r, metric_histories(client, r["run_id"], history_keys(r["metrics"]))) for r in rows]
 
 
 def table(results: Iterable) -> str:

@@ -53,12 +53,12 @@ def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch, new_sto
     text = compare.table(results)
     rows = [line for line in text.splitlines() if line.startswith("| all runs")]
     assert len(rows) == 1 and "(2)" in rows[0] and "[" in rows[0]          # one configuration, n = 2, with CIs
-    from_store = compare.summary_table(compare.mlflow_records("sweep-test", uri))
+    records = compare.mlflow_records("sweep-test", uri)
+    from_store = compare.summary_table(records)
     from_json = compare.summary_table([compare.record_from_json(json.loads(json.dumps(r.record()))) for r in results])
     assert text == from_json
     # read back from MLflow (R from the metric histories, each experience's chance one by one) every cell
     # is the JSON's, the stopped-learning column (R's diagonal against each experience's chance) included
-    records = compare.mlflow_records("sweep-test", uri)
     assert sorted(map(repr, (r.R for r in records))) == sorted(repr(r.R) for r in results)
     assert all(r.stream_chances and not math.isnan(r.stream_threshold) for r in records)
     assert from_store == from_json and "unmeasured" not in from_store

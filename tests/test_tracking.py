@@ -306,5 +306,5 @@ def test_metric_histories_keep_each_steps_latest_value_as_a_resumed_run_logs_an_
     t0 = int(time.time() * 1000)
     for step, value, at in ((0, 0.5, t0), (1, 0.25, t0 + 1), (1, 0.75, t0 + 2)):     # step 1 again, later
         client.log_metric(run.info.run_id, "R/eval_0", value, timestamp=at, step=step)
-    got = metric_histories(run.info.run_id, ["R/eval_0", "never/logged"], uri)
+    got = metric_histories(client, run.info.run_id, ["R/eval_0", "never/logged"])
     assert got == {"R/eval_0": {0: 0.5, 1: 0.75}, "never/logged": {}}

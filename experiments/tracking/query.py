@@ -40,11 +40,11 @@ def runs_table(experiment: str, tracking_uri: Optional[str] = None, filter_strin
             return rows
 
 
-def metric_histories(run_id: str, keys: List[str], tracking_uri: Optional[str] = None) -> Dict[str, Dict[int, float]]:
-    """Each metric's value at each step of one run: ``{key: {step: value}}`` (``{}`` for a key never
-    logged). Where a step was logged twice (a run resumed from a checkpoint logs an experience again), the
-    later value wins."""
-    client = tracking_client(default_tracking_uri(tracking_uri))
+def metric_histories(client, run_id: str, keys: List[str]) -> Dict[str, Dict[int, float]]:
+    """Each metric's value at each step of one run, read with ``client`` (one
+    :func:`~experiments.tracking.runs.tracking_client` for all the runs a caller reads): ``{key: {step:
+    value}}`` (``{}`` for a key never logged). Where a step was logged twice (a run resumed from a
+    checkpoint logs an experience again), the later value wins."""
     out: Dict[str, Dict[int, float]] = {}
     for key in keys:
         history = sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp)
