@@ -449,11 +449,24 @@ def frontier_table(records: List[compare.RunRecord]) -> str:
     return "\n".join(lines)
 
 
+def below_held_out_gate(runs: Sequence[compare.RunRecord]) -> int:
+    """How many of ``runs`` scored a held-out skill below their own held-out gate's bar (``gate.min_skill``);
+    a run without either is not counted."""
+    def bar(r):
+        try:
+            return float(r.params.get("gate.min_skill", "nan"))
+        except ValueError:
+            return math.nan
+    return sum(1 for r in runs if r.gate_skill < bar(r))          # False when either is NaN
+
+
 def meta_training_table(records: List[compare.RunRecord]) -> str:
     """Per configuration: meta-training's steps, its metric on the last logged training batches (mean and
     range over seeds) and the change over the last quarter of the steps, in the better direction, with
-    the plateau rule (``PLATEAU_GAIN``): "plateau" when every seed moved by less, else "still improving";
-    per seed, the step by which it made ``GAIN_SHARE`` of its gain (where the curve flattened); the score on
+    the plateau rule (``PLATEAU_GAIN``): "plateau" when every seed moved by less, else "still improving",
+    with how many seeds are below the held-out gate's bar (their skill on held-out items under
+    ``gate.min_skill``): a curve can stop moving before it learned anything, and "plateau" alone would read
+    as trained to the end; per seed, the step by which it made ``GAIN_SHARE`` of its gain (where the curve flattened); the score on
     held-out items of the same generator after meta-training (the gate's) and the training batches' score
     minus it, in the better direction, per seed (mean, max): a large gap is a mixer that stored the
     meta-training items in its weights instead of learning to store facts in its memory; and, where the
@@ -480,6 +493,9 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
         last_step, last = rows[-1]
         gains = last_quarter_gains(runs)
         verdict = "plateau" if max(gains) < PLATEAU_GAIN else "still improving"
+        below = below_held_out_gate(runs)
+        if below:
+            verdict += f" ({below} of {len(runs)} below the held-out gate)"
         held = [r.gate_score for r in runs]            # in the order of ``last`` (one value per run)
         if not any(math.isnan(h) for h in held):       # every seed measured the gate
             gaps = [sign * (t - h) for t, h in zip(last, held)]
@@ -827,7 +843,8 @@ def section(spec: StudySpec, root: Optional[str] = None) -> str:
     if spec.meta_curves:
         plot_meta_curves(records, os.path.join(root or PROJECT_DIR, spec.meta_curves), spec.title)
         parts += [f"Meta-training's learning curves (the metric on the training batches; plateau: every seed moved "
-                  f"by less than {PLATEAU_GAIN} over the last quarter of the steps; held-out: the gate's score on items "
+                  f"by less than {PLATEAU_GAIN} over the last quarter of the steps, with how many seeds are below the "
+                  "held-out gate beside it: a curve can stop before it learned anything; held-out: the gate's score on items "
                   "meta-training never drew, from the model `after_meta` made where it changes one):", "",
                   meta_training_table(records),
                   "", f"![meta-training learning curves]({spec.meta_curves})", ""]

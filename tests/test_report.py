@@ -455,6 +455,20 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
             "plateau | 300, 300 | 0.505 (0.455-0.555) |") in ovq
     assert "| accuracy 0.450 (0.400-0.500) | - | - | +0.050 (+0.100) | still improving | 300, 400 | - |" in delta
     assert "by reach-back" not in table, "no column for runs that did not log it"
+    # a plateau before learning says so: seeds whose held-out skill is under their gate's bar are counted
+    for d in runs:
+        d["params"]["gate.min_skill"] = "0.5"
+    runs[0]["gate"]["skill"] = 0.07                    # ovq seed 0 (runs: ovq, delta, ovq, delta): below the bar
+    runs[3]["gate"]["skill"] = 0.5                     # delta seed 1: at the bar is not below it
+    table = report.meta_training_table([compare.record_from_json(d) for d in runs])
+    assert "| plateau (1 of 2 below the held-out gate) | 300, 300 |" in next(line for line in table.splitlines() if "ovq" in line)
+    assert "| still improving | 300, 400 |" in next(line for line in table.splitlines() if "delta" in line)
+    runs[1]["gate"]["skill"] = 0.1                     # delta seed 0
+    table = report.meta_training_table([compare.record_from_json(d) for d in runs])
+    assert "| still improving (1 of 2 below the held-out gate) |" in next(line for line in table.splitlines() if "delta" in line)
+    for d in runs:
+        del d["params"]["gate.min_skill"]
+        d["gate"]["skill"] = 0.9
     # runs that split the recalled answers by reach-back get a column: the means at the last step
     for s, d in enumerate(r for r in runs if "ovq" in r["params"]["model.layers"]):
         d["meta_history"][-1].update({"accuracy_recalled_1_4": 0.9, "accuracy_recalled_5_16": 0.4 + 0.2 * s})
