@@ -246,7 +246,7 @@ def test_a_line_whose_lane_died_is_run_by_the_next_lane_and_a_line_that_ended_ne
     queue.write_text("\n".join("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"p{k}.json"), command])
                                for k, command in enumerate([killed, failing])) + "\n")
     first = subprocess.Popen(["bash", LANES, str(queue)], cwd=ROOT, start_new_session=True)
-    for _ in range(200):
+    for _ in range(1200):                                    # up to a minute on a loaded machine
         if flag.exists():
             break
         time.sleep(0.05)
@@ -265,21 +265,37 @@ def test_a_line_whose_lane_died_is_run_by_the_next_lane_and_a_line_that_ended_ne
 def test_a_lane_killed_alone_leaves_its_line_taken_while_its_run_lives(tmp_path):
     """Its run inherits the line's lock: a lane started meanwhile does not run the line a second time beside
     it; once the orphaned run has ended (its record never merged, the line not ended), the next lane runs it
-    again (the run would be reused or resumed)."""
-    ran, flag = tmp_path / "ran.txt", tmp_path / "started"
-    command = f"if [ -f {flag} ]; then echo again >> {ran}; else touch {flag}; echo first >> {ran}; sleep 3; fi"
+    again (the run would be reused or resumed). The orphan runs until the test releases it, not for a fixed
+    time, so that a slow machine cannot end it before the lane beside it looks (a sleep of 3 s once did)."""
+    import fcntl
+
+    ran, flag, release = tmp_path / "ran.txt", tmp_path / "started", tmp_path / "release"
+    command = (f"if [ -f {flag} ]; then echo again >> {ran}; else touch {flag}; echo first >> {ran}; "
+               f"for i in $(seq 1200); do [ -f {release} ] && break; sleep 0.1; done; fi")
     queue = tmp_path / "queue.txt"
     queue.write_text("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / "p.json"), command]) + "\n")
     first = subprocess.Popen(["bash", LANES, str(queue)], cwd=ROOT, start_new_session=True)
-    for _ in range(200):
+    for _ in range(1200):
         if flag.exists():
             break
         time.sleep(0.05)
+    assert flag.exists()
     os.kill(first.pid, signal.SIGKILL)                       # the lane alone: its run goes on
     first.wait(timeout=30)
     beside = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert beside.returncode == 0 and ran.read_text().split() == ["first"]      # not run twice at once
-    time.sleep(4)                                            # the orphaned run ends, its lock with it
+    release.touch()                                          # the orphaned run ends, its lock with it
+    [lock] = (tmp_path / "queue.txt.locks").iterdir()
+    with open(lock) as held:                                 # wait for that: the kernel drops its lock
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, "the orphaned run never ended"
+                time.sleep(0.05)
+        fcntl.flock(held, fcntl.LOCK_UN)
     after = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert after.returncode == 0 and ran.read_text().split() == ["first", "again"]
 
