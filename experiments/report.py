@@ -466,9 +466,9 @@ def meta_training_table(records: List[compare.RunRecord]) -> str:
     the plateau rule (``PLATEAU_GAIN``): "plateau" when every seed moved by less, else "still improving",
     with how many seeds are below the held-out gate's bar (their skill on held-out items under
     ``gate.min_skill``): a curve can stop moving before it learned anything, and "plateau" alone would read
-    as trained to the end; per seed, the step by which it made ``GAIN_SHARE`` of its gain (where the curve flattened); the score on
-    held-out items of the same generator after meta-training (the gate's) and the training batches' score
-    minus it, in the better direction, per seed (mean, max): a large gap is a mixer that stored the
+    as trained to the end; per seed, the step by which it made ``GAIN_SHARE`` of its gain (where the curve
+    flattened); the score on held-out items of the same generator after meta-training (the gate's) and
+    the training batches' score minus it, in the better direction, per seed (mean, max): a large gap is a mixer that stored the
     meta-training items in its weights instead of learning to store facts in its memory; and, where the
     stream marks them, the metric at the end on the answers recalled from earlier episodes."""
     from strategies.evaluation.metrics import higher_is_better
