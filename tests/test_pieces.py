@@ -240,7 +240,8 @@ def test_a_line_whose_lane_died_is_run_by_the_next_lane_and_a_line_that_ended_ne
     takes the line again (its run would resume from its checkpoint); a line that ended, even failing, is
     not run again by any later lane."""
     ran, flag = tmp_path / "ran.txt", tmp_path / "started"
-    killed = (f"if [ -f {flag} ]; then echo again >> {ran}; else touch {flag}; echo first >> {ran}; sleep 60; fi")
+    # "first" is written before the flag that the test waits for: killed between the two, it would be lost
+    killed = (f"if [ -f {flag} ]; then echo again >> {ran}; else echo first >> {ran}; touch {flag}; sleep 60; fi")
     failing = f"echo failing >> {ran}; exit 4"
     queue = tmp_path / "queue.txt"
     queue.write_text("\n".join("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"p{k}.json"), command])
@@ -270,7 +271,7 @@ def test_a_lane_killed_alone_leaves_its_line_taken_while_its_run_lives(tmp_path)
     import fcntl
 
     ran, flag, release = tmp_path / "ran.txt", tmp_path / "started", tmp_path / "release"
-    command = (f"if [ -f {flag} ]; then echo again >> {ran}; else touch {flag}; echo first >> {ran}; "
+    command = (f"if [ -f {flag} ]; then echo again >> {ran}; else echo first >> {ran}; touch {flag}; "
                f"for i in $(seq 1200); do [ -f {release} ] && break; sleep 0.1; done; fi")
     queue = tmp_path / "queue.txt"
     queue.write_text("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / "p.json"), command]) + "\n")
