@@ -6,13 +6,24 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
 
 - ``more``: ours scores better than each of ``against`` on the endpoint (paired over the seeds of model
   and data, Holm over the claim's family): "yes" where the adjusted p < 0.05 in the claimed direction,
-  "opposite" where it is < 0.05 the other way, "no difference" otherwise, and "no t-test" where every
-  pair differs by the same nonzero amount (zero variance: no t-test is made). Where neither side passed
-  the learned gates on most of the paired seeds, the answer is "neither learned": the difference is
-  shown, but two memories that both failed their gates differ in what neither learned, which is no
-  evidence for or against the claim;
-- ``as_much``: ours matches each of ``against``: "yes" where the 95% interval of the paired difference
-  lies inside +-``margin`` (in the endpoint's units, edges included), else "no"; "no t-test" where every
+  "opposite" where it is < 0.05 the other way, "no difference detected" otherwise, with the smallest
+  true difference the test finds with 80% power at the observed spread of the differences (at 5% and at
+  Holm's first step: what "no difference" could have seen), and "no t-test" where every pair differs by
+  the same nonzero amount (zero variance: no t-test is made). A win needs two memories that learned the
+  task (each side passing its learned gates on most, more than half, of the paired seeds):
+  "against a non-learner" where ours did and theirs did not (a lead over a memory that never learned
+  the task is no evidence that ours keeps more), "ours did not learn" where theirs did and ours did not
+  (its lead is not credited; a significant loss still reads "opposite"), "neither learned" where
+  neither did, and, at a point of a probe's curve, "both at the floor" where both sides' mean skill
+  there is below the learned gate's bar. None of these is read as evidence either way. A "yes" whose
+  winner stopped learning (``compare.stopped_learning_at``: an experience after the first whose
+  learning score fell below the stream gate's bar) names it: "yes; ovq stopped learning on 5/5 seeds
+  (from exp 2)" (experiences count from 0), and so does the verdict;
+- ``as_much``: ours matches each of ``against``, the only kind that can say "matches" or "as much as",
+  and only against the ``margin`` declared with the claim: "yes" (equivalent) where the 95% interval of
+  the paired difference lies inside +-``margin`` (in the endpoint's units, edges included), else "no",
+  with the p of two one-sided tests at that margin beside it (TOST; the interval rule, stricter than
+  TOST at 5%, decides); "no t-test" where every
   pair differs by the same nonzero amount, to within rounding (a zero-width interval says nothing about
   the spread; the test is the one ``paired_comparison`` declines to make). Matching a reference that
   cannot do the task says nothing: "reference did not learn" where the reference failed the learned
@@ -29,8 +40,11 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
 
 A claim is **reproduced** when every comparison says "yes", **partly** (k of n) when some do, **not
 reproduced** when none does, **undecided** while a comparison has "no t-test", **not testable here**
-when no comparison could be read (neither side learned, or the reference cannot do the task); the
-comparisons not read are said beside a verdict.
+when no comparison could be read (a side did not learn, both at the floor, or the reference cannot do
+the task); the comparisons not read are said beside a verdict. A claim that ``awaits`` a declared study
+is **not decided** until that study's runs are in. Every verdict carries its **evidence class**:
+confirmatory (``confirmatory: true``: declared before its runs, 10 or more seeds) or exploratory, with
+its seeds (a 5-seed exact Wilcoxon cannot go below p 0.0625: its rows lean on the t-test).
 
 **Code versions**: runs of different code versions are never paired. Where a comparison's runs are of
 several versions, it pairs within the version that gives the most pairs (of two alike, the one with the
@@ -85,17 +99,20 @@ import os
 import re
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
 from experiments import compare
 from experiments.config import GateSection
-from experiments.intervals import PairedComparison, holm_bounds, paired_comparison
+from experiments.intervals import (PairedComparison, detectable_difference, equivalence_p, holm_bounds,
+                                   paired_comparison)
 from strategies.evaluation.metrics import higher_is_better
 
 CLAIMS_FILE = os.path.join(os.path.dirname(__file__), "claims.yaml")
 KINDS = ("more", "as_much", "fails_to_learn", "untestable")
+CONFIRMATORY_SEEDS = 10                         # a confirmatory row's least seeds (declared before its runs)
+POWER = 0.8                                     # "no difference detected" says the effect seen with this power
 SUMMARY_ENDPOINTS = tuple(dict.fromkeys(compare.COLUMNS + compare.CURRENT_COLUMNS)) + ("capacity_mean",)
 
 
@@ -117,13 +134,24 @@ class Claim:
     family_also: List[str] = field(default_factory=list)   # the declared family's tests no row shows (ours
                                                 # against each, on this claim's records and endpoint): in its Holm family
     secondary: List[str] = field(default_factory=list)   # endpoints shown beside each comparison, never read
+    confirmatory: bool = False                  # declared before its runs with 10+ seeds (else exploratory)
+    awaits: str = ""                            # a declared study (its name) whose runs decide this row: until
+                                                # all of them are in, the verdict is "not decided"
+
+    @property
+    def evidence(self) -> str:
+        """The row's evidence class, said beside every verdict: ``confirmatory, 10 seeds`` or
+        ``exploratory, 5 seeds`` (untestable claims have none)."""
+        if self.kind == "untestable":
+            return ""
+        return f"{'confirmatory' if self.confirmatory else 'exploratory'}, {self.seeds} seeds"
 
 
 @dataclass
 class ClaimResult:
     claim: Claim
     cells: List[str]                            # one per comparison: "vs X: ..." with its answer
-    answers: List[str]                          # "yes", "no", "no difference", "opposite", "no t-test", "refused"
+    answers: List[str]                          # "yes", "no", "no difference detected", "opposite", "no t-test", ...
     verdict: str
 
 
@@ -159,6 +187,16 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
             raise ValueError(f"{path}: claim {i + 1}: its test says {', '.join(declared)} seeds, seeds is {c.seeds}")
         if c.kind == "as_much" and not c.margin > 0:
             raise ValueError(f"{path}: claim {i + 1}: kind as_much needs a margin > 0")
+        if c.confirmatory and not (c.seeds >= CONFIRMATORY_SEEDS and c.kind in ("more", "as_much")):
+            raise ValueError(f"{path}: claim {i + 1}: a confirmatory row is a paired comparison declared with at "
+                             f"least {CONFIRMATORY_SEEDS} seeds, got kind {c.kind} with {c.seeds}")
+        if c.awaits:
+            from experiments.study_specs import load_study
+
+            try:
+                load_study(c.awaits)
+            except FileNotFoundError as e:
+                raise ValueError(f"{path}: claim {i + 1}: awaits {e}") from None
         claims.append(c)
     return raw.get("preamble", ""), claims
 
@@ -291,6 +329,8 @@ class _Comparison:
     waits: bool = True                         # can more runs add pairs (a short one then holds the verdict)
     learned: tuple = (0, 0)                    # ours, theirs: runs that passed the learned gates, of the pairs
     reference_skill: float = math.nan          # as_much on a probe's point: the reference's mean skill there
+    our_skill: float = math.nan                # on a probe's point: ours' mean skill there
+    stopped: tuple = (0, 0, None)              # ours: (runs that stopped learning, runs measured, earliest experience)
     note: str = ""                             # said after the numbers (code versions, learned counts)
     values: tuple = ((), ())                   # ours, theirs per pair: an interval at another level (families)
     beside: str = ""                           # the secondary endpoints on the same pairs (shown, not read)
@@ -336,9 +376,47 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
         return _Comparison(name, "too few pairs", f"vs {name}: {c.mean_difference:+.3f} from one pair of runs: too "
                            "few pairs", count=c.n)
     return _Comparison(name, stat=c, count=c.n, learned=learned, note=note,
-                       reference_skill=their_skill,
+                       reference_skill=their_skill, our_skill=our_skill, stopped=_stopped([a for a, _ in pairs]),
                        values=([x for x, _ in values], [y for _, y in values]),
                        beside=_beside(claim, pairs))
+
+
+def _stopped(runs: Sequence[compare.RunRecord]) -> tuple:
+    """(runs that stopped learning, runs whose learning could be measured, the earliest experience one
+    stopped at, or None): ``compare.stopped_learning_at`` over ``runs``, so that a win by a memory that
+    stopped taking new facts names it."""
+    measured = [r for r in runs if any(not math.isnan(x) for x in compare.experience_skills(r))
+                and not math.isnan(r.stream_threshold)]
+    at = [j for j in (compare.stopped_learning_at(r) for r in measured) if j is not None]
+    return len(at), len(measured), (min(at) if at else None)
+
+
+def _stopped_words(claim: Claim, cmp: _Comparison) -> str:
+    """``"; ovq stopped learning on 5/5 seeds (from exp 2)"``, or '' when none of ours' runs stopped."""
+    k, n, at = cmp.stopped
+    return f"; {claim.ours} stopped learning on {k}/{n} seeds (from exp {at})" if k else ""
+
+
+def _detectable(cmp: _Comparison, family_size: int) -> str:
+    """What a "no difference detected" could have seen: the smallest true difference the paired t-test
+    over these pairs finds with 80% power at the observed spread of the differences, at 5% and, in a
+    family, at Holm's first step (5% / the family's size, the bar its smallest p must pass)."""
+    ours, theirs = cmp.values
+    d = [x - y for x, y in zip(ours, theirs) if not (math.isnan(x) or math.isnan(y))]
+    if len(d) < 2:
+        return ""
+    sd, n = statistics.stdev(d), len(d)
+    text = f"80% power to detect {detectable_difference(sd, n):.3f} at 5%"
+    if family_size > 1:
+        text += f", {detectable_difference(sd, n, alpha=0.05 / family_size):.3f} at Holm's first step (5%/{family_size})"
+    return f" ({text}; paired SD {sd:.3f})"
+
+
+def _both_at_floor(cmp: _Comparison) -> bool:
+    """At a probe's point, whether both sides' mean skill there was measured and is below the learned
+    gate's bar (``gate.min_skill``): neither recalls at the point read."""
+    return (not (math.isnan(cmp.our_skill) or math.isnan(cmp.reference_skill))
+            and cmp.our_skill < GateSection.min_skill and cmp.reference_skill < GateSection.min_skill)
 
 
 def _mean_or_nan(values: Sequence[float]) -> float:
@@ -438,10 +516,15 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
                     f"{n} pairs ({cmp.note}): pending ({n} of {claim.seeds} pairs: no word read)")
         return
     if claim.kind == "more":
-        if not (_most(cmp.learned[0], n) or _most(cmp.learned[1], n)):
+        ours_learned, theirs_learned = _most(cmp.learned[0], n), _most(cmp.learned[1], n)
+        if not (ours_learned or theirs_learned):
             # two memories that both failed the learned gates on most seeds: their difference is about
             # what neither learned, so it is said but not read as the claim's evidence either way
             cmp.answer = "neither learned"
+        elif _both_at_floor(cmp):
+            # at a probe's point where neither side recalls (skill below the learned gate's bar): two
+            # memories at the floor differ in how they fail, which tests nothing the claim says
+            cmp.answer = "both at the floor"
         elif math.isnan(c.p_t):
             # every pair differs by the same nonzero amount: no t-test is made (see paired_comparison),
             # and a difference whose spread is unknown is neither a "yes" nor "no difference"
@@ -456,9 +539,22 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
             return
         else:
             better = c.mean_difference > 0 if higher else c.mean_difference < 0
-            cmp.answer = ("yes" if better else "opposite") if p_holm < 0.05 else "no difference"
+            significant = p_holm < 0.05
+            if not theirs_learned:
+                # a win over a memory that did not learn the task is no evidence that ours keeps more
+                cmp.answer = "against a non-learner"
+            elif not ours_learned:
+                # ours did not learn the task: a lead of ours is not credited; a loss still counts against it
+                cmp.answer = "opposite" if significant and not better else "ours did not learn"
+            else:
+                cmp.answer = ("yes" if better else "opposite") if significant else "no difference detected"
+        word = cmp.answer
+        if cmp.answer == "yes":
+            word += _stopped_words(claim, cmp)
+        elif cmp.answer == "no difference detected":
+            word += _detectable(cmp, family_size)
         cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], Holm p {p_holm:.2g}, "
-                    f"{n} pairs ({cmp.note}): {cmp.answer}")
+                    f"{n} pairs ({cmp.note}): {word}")
         return
     # as_much
     level = 1 - 0.05 / max(family_size, 1)
@@ -491,14 +587,22 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
     if cmp.answer == "no":
         why = (" (the whole interval beyond the margin)" if c.low > claim.margin or c.high < -claim.margin
                else " (the interval reaches past the margin: a match is not shown, nor a difference beyond it)")
+    elif cmp.answer == "yes":
+        why = f" (equivalent: the whole interval inside +-{claim.margin:g})"
+    if cmp.answer in ("yes", "no"):
+        # the equivalence test beside the interval rule: two one-sided t-tests at the declared margin
+        tost = equivalence_p(*cmp.values, claim.margin)
+        if not math.isnan(tost):
+            why += f"; two one-sided tests p {tost:.2g}"
     said = f"pending ({n} of {claim.seeds} pairs: no word read)" if cmp.answer == "pending" else cmp.answer + why
     cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{interval} (margin "
                 f"+-{claim.margin:g}), {n} pairs ({cmp.note}{skill}): {said}")
 
 
-READ = ("yes", "no", "no difference", "opposite")
+READ = ("yes", "no", "no difference detected", "opposite")
 NOT_READ = ("neither learned", "reference did not learn", "reference does not recall here",
-            "reference's skill not measured here")
+            "reference's skill not measured here", "against a non-learner", "ours did not learn", "both at the floor")
+REFERENCE_NOT_READ = NOT_READ[1:4]           # an "as much" whose reference cannot do the task there
 NOT_MADE = ("not measured", "no runs", "too few pairs", "no shared seeds")
 
 
@@ -532,19 +636,34 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
     if not read:
         if all(a == "neither learned" for a in answers):
             return "not testable here: neither side passed the learned gates on most seeds, in every comparison"
-        if all(a in NOT_READ[1:] for a in answers):
+        if all(a in REFERENCE_NOT_READ for a in answers):
             return ("not testable here: the reference " + (
                 "does not recall at this point (its skill there is "
                 f"below the learned gate's {GateSection.min_skill:g})" if "reference does not recall here" in answers
                 else "has no measured skill at this point" if "reference's skill not measured here" in answers
                 else "failed the learned gates"))
+        if all(a == "against a non-learner" for a in answers):
+            return ("not testable here: every baseline failed the learned gates on most seeds (a lead over a "
+                    "memory that did not learn the task is no evidence that ours keeps more)")
+        if all(a in ("ours did not learn", "neither learned") for a in answers):
+            return f"not testable here: {claim.ours} did not pass the learned gates on most seeds"
+        if all(a == "both at the floor" for a in answers):
+            return (f"not testable here: neither side recalls at the point read (both skills below the learned "
+                    f"gate's {GateSection.min_skill:g})")
         if all(a in NOT_MADE for a in answers):
             return "too few pairs" if "too few pairs" in answers else f"not measured ({claim.endpoint})"
         return f"not testable here: no comparison could be read ({reasons})"
+    stopped = [c.stopped for c in comparisons if c.answer == "yes" and c.stopped[0]]
+    if stopped:
+        # a memory that holds more because it stopped taking new facts early must not read as one that keeps
+        k_stop, n_stop, at = max(stopped)
+        aside_words = f"; won by a memory that stopped learning ({claim.ours}: {k_stop}/{n_stop} seeds, from exp {at})"
+    else:
+        aside_words = ""
     if not aside:
-        return "reproduced" if k == n else (f"partly ({k} of {n})" if k else "not reproduced")
+        return ("reproduced" if k == n else (f"partly ({k} of {n})" if k else "not reproduced")) + aside_words
     said = f"{len(aside)} of {n} comparisons not read ({reasons})"
-    return f"partly ({k} of {n}); {said}" if k else f"not reproduced in the {len(read)} read; {said}"
+    return (f"partly ({k} of {n}){aside_words}; {said}" if k else f"not reproduced in the {len(read)} read; {said}")
 
 
 def _test_key(claim: Claim, name: str) -> tuple:
@@ -553,7 +672,16 @@ def _test_key(claim: Claim, name: str) -> tuple:
             tuple(sorted((k, tuple(v)) for k, v in claim.select.items())))
 
 
-def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
+def _results_missing(name: str, root: str) -> List[str]:
+    """The declared result files of study ``name`` that do not exist under ``root`` (what a row that awaits
+    it waits for, where the caller has no finer count of the study's runs)."""
+    from experiments.study_specs import load_study
+
+    return [f"{path} (not written)" for path in load_study(name).results if not os.path.exists(os.path.join(root, path))]
+
+
+def evaluate_claims(claims: List[Claim], root: str,
+                    unfinished: Optional[Callable[[str], List[str]]] = None) -> List[ClaimResult]:
     """Every claim's comparisons, answers and verdict (module docstring). Holm runs over each family:
     the claims that share a ``family`` name (a study's declared family split over several rows), else the
     claim alone. Every declared comparison of the family counts in it: one without a t-test that more runs
@@ -564,7 +692,11 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
     made with it at p = 1 (the Holm p shown) and at p = 0, and a comparison's word is read only where both
     agree (``intervals.holm_bounds``); a comparison short of its pairs says no word at all. A family's
     verdicts wait until every member has its declared pairs (a member still pending would move the
-    others' adjusted p)."""
+    others' adjusted p).
+
+    A claim that ``awaits`` a declared study reads **not decided** while that study's runs are not all in
+    (``unfinished(name)``: what is still to come, e.g. the report's count of its sweeps' runs; by default
+    its result files not yet written), with what its own comparisons read so far after it."""
     staged = [_comparisons(c, root) for c in claims]
     # the family's tests no row shows (family_also): made like the shown ones, adjusted with them, never printed
     unshown = [(_comparisons(replace(c, against=list(c.family_also)), root)[0] if c.family_also else [])
@@ -616,6 +748,12 @@ def evaluate_claims(claims: List[Claim], root: str) -> List[ClaimResult]:
                     m.cell += m.beside
         verdicts.append(ClaimResult(claim, [m.cell for m in comparisons], [m.answer for m in comparisons],
                                     _verdict(claim, comparisons)))
+    for claim, result in zip(claims, verdicts):
+        if claim.awaits:
+            missing = (unfinished or (lambda name: _results_missing(name, root)))(claim.awaits)
+            if missing:
+                result.verdict = (f"not decided: waits for the declared study {claim.awaits} ({'; '.join(missing)}); "
+                                  f"its own comparisons read so far: {result.verdict}")
     for name, members in families.items():
         if len(members) < 2:
             continue
@@ -638,13 +776,17 @@ def _table_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def claims_section(root: str, path: str = CLAIMS_FILE) -> str:
-    """The claims table for RESULTS.md (its preamble, one row per claim)."""
+def claims_section(root: str, path: str = CLAIMS_FILE,
+                   unfinished: Optional[Callable[[str], List[str]]] = None) -> str:
+    """The claims table for RESULTS.md (its preamble, one row per claim, each verdict with its evidence
+    class: confirmatory, declared before its runs with 10+ seeds, or exploratory, with its seeds)."""
     preamble, claims = load_claims(path)
     lines = ["## The paper's claims, tested here", "", preamble.strip(), "",
-             "| the paper's claim | our test | our result (ours - theirs, 95% CI) | verdict |", "|---|---|---|---|"]
-    for claim, result in zip(claims, evaluate_claims(claims, root)):
+             "| the paper's claim | our test | our result (ours - theirs, 95% CI) | verdict | evidence |",
+             "|---|---|---|---|---|"]
+    for claim, result in zip(claims, evaluate_claims(claims, root, unfinished)):
         body = "; ".join(result.cells) or "-"
         verdict = f"**{result.verdict}**" + (f". {claim.note}" if claim.note else "")
-        lines.append("| " + " | ".join(_table_cell(text) for text in (claim.claim, claim.test, body, verdict)) + " |")
+        lines.append("| " + " | ".join(_table_cell(text) for text in (claim.claim, claim.test, body, verdict,
+                                                                        claim.evidence or "-")) + " |")
     return "\n".join(lines) + "\n"

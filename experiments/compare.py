@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from experiments.config import SEED_KEYS
-from experiments.intervals import mean_interval, paired_comparison
+from experiments.intervals import detectable_difference, mean_interval, paired_comparison
 from strategies.evaluation import forgetting
 
 SCORES = ("final_average", "learning_average")
@@ -1039,6 +1039,7 @@ class VerdictRow:
     declared_seeds: int = 0             # the pairs its study declared (confirmatory); 0: none declared
     final_means: Tuple[float, float] = (math.nan, math.nan)   # OVQ's, the other's mean final average over the
                                         # pairs of ``primary`` (what each held, beside their difference)
+    primary_sd: float = math.nan        # the standard deviation of the primary's paired differences
 
     @property
     def pending(self) -> bool:
@@ -1068,9 +1069,21 @@ class VerdictRow:
         if self._moved(p, self.p_primary_low):
             return "pending (tests of its declared family still to come could move its Holm p)"
         few = "" if c.n >= 5 else f" ({c.n} seeds, fewer than 5)"
+        ovq_learned, other_learned = (2 * k > c.n for k in self.learned_by)
+        if p < 0.05 and self._better(c.mean_difference):
+            if not other_learned:        # a lead over a memory that did not learn the task is not a win
+                return f"OVQ holds more, against a non-learner ({self.learned_by[1]}/{c.n} learned)" + few
+            if not ovq_learned:
+                return f"OVQ holds more, but did not learn ({self.learned_by[0]}/{c.n} learned)" + few
+            stopped = self.stopped[0]
+            # a memory that holds more because it stopped taking new facts is named as one
+            named = "" if not stopped or stopped.startswith(("0/", "unmeasured")) else f"; stopped learning {stopped}"
+            return "OVQ holds more" + named + few
         if p < 0.05:
-            return ("OVQ holds more" if self._better(c.mean_difference) else "**OVQ holds less**") + few
-        return "no difference detected" + few
+            return "**OVQ holds less**" + few
+        # what the test could have seen: 80% power at 5% for the observed spread of the differences
+        could = detectable_difference(self.primary_sd, c.n)
+        return "no difference detected" + few + ("" if math.isnan(could) else f" (80% power for {could:.2f})")
 
     @property
     def verdict(self) -> str:
@@ -1102,6 +1115,12 @@ class VerdictRow:
 #: the verdict where the pairs exist but the t-test is not made: every pair differs by the same amount
 #: (zero variance; ``intervals.paired_comparison``), which the test would call certain
 NO_T_TEST = "no t-test (every pair differs by the same amount)"
+
+
+def _difference_sd(a: Sequence[float], b: Sequence[float]) -> float:
+    """The sample standard deviation of ``a - b`` over the pairs where both are finite (NaN for fewer than 2)."""
+    d = [x - y for x, y in zip(a, b) if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
+    return statistics.stdev(d) if len(d) >= 2 else math.nan
 
 
 def _pair_means(a: Sequence[float], b: Sequence[float]) -> Tuple[float, float]:
@@ -1157,6 +1176,8 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
                                primary=primary, late_learning=late,
                                final_means=_pair_means([col(b, "final_average") for _, b in pairs],
                                                        [col(a, "final_average") for a, _ in pairs]),
+                               primary_sd=_difference_sd([col(b, "final_average") for _, b in pairs],
+                                                         [col(a, "final_average") for a, _ in pairs]),
                                shared_bytes=(_mean_shared(groups[base_key]), _mean_shared(groups[key])),
                                learned_buffers=(groups[base_key][0].learned_buffers, groups[key][0].learned_buffers),
                                stopped=(stopped_summary([b for _, b in pairs]), stopped_summary([a for a, _ in pairs])),

@@ -198,3 +198,34 @@ def benjamini_hochberg(pvalues: Sequence[float]) -> list:
         for i, a in zip(idx, np.atleast_1d(adjusted)):
             out[i] = float(a)
     return out
+
+
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean difference a two-sided paired t-test over ``n`` pairs at level ``alpha`` finds
+    with probability ``power``, when the paired differences have standard deviation ``sd``
+    (statsmodels' ``TTestPower``: Cohen's d_z solved for, times ``sd``). What "no difference detected"
+    could have seen: a difference smaller than this was likely to be missed. NaN with fewer than 2 pairs
+    or an unknown spread; 0 for a spread of 0."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    from statsmodels.stats.power import TTestPower
+
+    d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
+    return float(np.asarray(d).item()) * sd
+
+
+def equivalence_p(a: Sequence[float], b: Sequence[float], margin: float) -> float:
+    """The p of two one-sided paired t-tests (TOST, statsmodels' ``ttost_paired``) that ``a - b`` lies
+    inside (-margin, +margin): small when the pairs show equivalence at that margin, the larger of the
+    two one-sided p. Pairs with a missing side are dropped; NaN with fewer than 2 pairs or zero spread."""
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
+    if len(pairs) < 2 or not margin > 0:
+        return math.nan
+    xa, xb = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    if np.std(xa - xb) == 0:
+        return math.nan
+    from statsmodels.stats.weightstats import ttost_paired
+
+    return float(ttost_paired(xa, xb, -margin, margin)[0])

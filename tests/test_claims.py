@@ -35,7 +35,7 @@ def root(tmp_path):
 
 def test_more_says_yes_opposite_or_no_difference_after_holm(root):
     result = evaluate(Claim("c", "t", kind="more", against=["ssm", "vq", "linear"], results=["results/a.json"]), root)
-    assert result.answers == ["yes", "opposite", "no difference"]
+    assert result.answers == ["yes", "opposite", "no difference detected"]
     assert result.verdict == "partly (1 of 3)"
     # ovq 0.60 + 0.01 s against ssm 0.30 + 0.02 s over s = 0..5: 0.30 - 0.01 * 2.5
     assert result.cells[0].startswith("vs ssm: +0.275 [") and "6 pairs (learned 6/6 vs 6/6): yes" in result.cells[0]
@@ -54,7 +54,7 @@ def test_more_makes_no_t_test_when_every_pair_differs_by_the_same_amount(tmp_pat
     result = evaluate(Claim("c", "t", against=["ssm", "vq"], results=["results/z.json"]), str(tmp_path))
     assert result.answers[0] == "no t-test" and "nan" not in result.cells[0]
     assert result.cells[0] == "vs ssm: every one of 3 pairs differs by +0.250: no t-test (zero variance)"
-    assert result.answers[1] == "no difference" and "Holm p 0.075" in result.cells[1]
+    assert result.answers[1] == "no difference detected" and "Holm p 0.075" in result.cells[1]
     assert result.verdict == "undecided (1 of 2 comparisons without a test: every pair differs by the same amount)"
     alone = evaluate(Claim("c", "t", against=["vq"], results=["results/z.json"]), str(tmp_path))
     assert alone.answers == ["yes"] and "Holm p 0.038" in alone.cells[0]
@@ -205,14 +205,15 @@ def test_bad_endpoints_get_one_line(tmp_path):
     _refused(bad, "claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'position@'}\n", "needs a domain")
 
 
-def test_every_row_of_the_table_has_four_cells_even_with_a_pattern_separator(root):
+def test_every_row_of_the_table_has_five_cells_even_with_a_pattern_separator(root):
     import re
     (Path(root) / "claims.yaml").write_text(
         "preamble: p\nclaims:\n  - claim: c\n    test: t\n    seeds: 2\n    ours: 'ovq | seed=0'\n"
         "    results: [results/a.json]\n    against: ['ssm | seed=0']\n")
     rows = [line for line in claims.claims_section(root, str(Path(root) / "claims.yaml")).splitlines()
             if line.startswith("| c ")]
-    assert len(rows) == 1 and len(re.split(r"(?<!\\)\|", rows[0])) == 6 and "ssm \\| seed=0" in rows[0]
+    assert len(rows) == 1 and len(re.split(r"(?<!\\)\|", rows[0])) == 7 and "ssm \\| seed=0" in rows[0]
+    assert rows[0].endswith("| exploratory, 2 seeds |")            # the evidence class, with its seeds
 
 
 def test_fails_to_learn_means_learned_nothing_not_failed_the_gate(tmp_path):
@@ -267,9 +268,10 @@ def test_two_memories_that_both_failed_the_gates_are_not_read_as_evidence(tmp_pa
     runs += [_run("delta", s, 0.10 + 0.005 * s, learned=True) for s in range(5)]
     root = _write(tmp_path, "g.json", runs)
     both = evaluate(Claim("c", "t", against=["linear", "delta"], results=["results/g.json"], seeds=5), root)
-    # ovq's lead over linear is large and significant, but neither passed its gates: not a "yes"
-    assert both.answers == ["neither learned", "yes"] and "learned 0/5 vs 0/5" in both.cells[0]
-    assert both.verdict == "partly (1 of 2); 1 of 2 comparisons not read (neither learned)"
+    # ovq's lead over linear is large and significant, but neither passed its gates: not a "yes"; over
+    # delta, which learned, ovq leads too, but a task ours never learned credits it with nothing
+    assert both.answers == ["neither learned", "ours did not learn"] and "learned 0/5 vs 0/5" in both.cells[0]
+    assert both.verdict == "not testable here: ovq did not pass the learned gates on most seeds"
     only = evaluate(Claim("c", "t", against=["linear"], results=["results/g.json"], seeds=5), root)
     assert only.verdict.startswith("not testable here: neither side passed the learned gates")
 
@@ -338,14 +340,14 @@ def test_the_version_chosen_is_the_one_with_most_pairs_that_measured_the_endpoin
 
 
 def test_comparisons_not_made_or_not_read_never_make_not_reproduced(tmp_path):
-    runs = [_run("ovq", s, 0.6 + 0.01 * s, learned=False) for s in range(3)]
-    runs += [_run("linear", s, 0.3, learned=False) for s in range(3)]
+    runs = [_run("ovq", s, 0.6 + 0.01 * s) for s in range(3)]
+    runs += [_run("linear", s, 0.3 - 0.01 * s, learned=False) for s in range(3)]
     runs += [{**_run("vq", s, 0.5), "summary": {}} for s in range(3)]          # never measured the endpoint
     runs += [_run("ssm", s, 0.2 + 0.01 * s + (0.002 if s % 2 else 0)) for s in range(3)]
     root = _write(tmp_path, "n.json", runs)
     nothing = evaluate(Claim("c", "t", against=["linear", "vq"], results=["results/n.json"], seeds=3), root)
-    assert nothing.answers == ["neither learned", "not measured"]
-    assert nothing.verdict == "not testable here: no comparison could be read (neither learned, not measured)"
+    assert nothing.answers == ["against a non-learner", "not measured"]
+    assert nothing.verdict == "not testable here: no comparison could be read (against a non-learner, not measured)"
     some = evaluate(Claim("c", "t", against=["ssm", "vq"], results=["results/n.json"], seeds=3), root)
     assert some.answers == ["yes", "not measured"]
     assert some.verdict == "partly (1 of 2); 1 of 2 comparisons not read (not measured)"
@@ -485,9 +487,9 @@ def test_an_as_much_no_says_whether_the_interval_is_beyond_the_margin_or_only_to
     result = evaluate(Claim("c", "t", kind="as_much", against=["ssm", "vq"], results=["results/w.json"],
                             margin=0.05, seeds=4), root)
     assert result.answers == ["no", "no"] and result.verdict == "not reproduced"
-    assert result.cells[0].endswith(": no (the whole interval beyond the margin)")
-    assert result.cells[1].endswith(": no (the interval reaches past the margin: a match is not shown, nor a "
-                                    "difference beyond it)")
+    assert ": no (the whole interval beyond the margin); two one-sided tests p " in result.cells[0]
+    assert (": no (the interval reaches past the margin: a match is not shown, nor a difference beyond it); two "
+            "one-sided tests p ") in result.cells[1]
 
 
 def _neutral_run(layers, seed, scores, slots=None, skills=None):
@@ -673,7 +675,7 @@ def test_a_comparison_short_of_its_pairs_reads_no_word_nor_one_its_family_could_
     assert near.answers == ["pending"] and near.cells[0].endswith("pending (3 of 10 pairs: no word read)")
     (tmp_path / "done").mkdir()
     done = evaluate(claim, _write(tmp_path / "done", "p.json", runs + vq))
-    assert done.answers == ["no difference", "no difference"] and "Holm p 0.073" in done.cells[0]
+    assert done.answers == ["no difference detected", "no difference detected"] and "Holm p 0.073" in done.cells[0]
     assert done.verdict == "not reproduced"
 
 
@@ -691,3 +693,115 @@ def test_a_complete_comparison_waits_for_an_unshown_test_of_its_family_still_to_
     short = evaluate(Claim("c", "t", against=["ssm"], results=["results/g.json"], seeds=5), _write(tmp_path, "g.json", flat))
     assert short.answers == ["pending"] and "no t-test so far" in short.cells[0]
     assert short.cells[0].endswith("pending (3 of 5 pairs: no word read)") and short.verdict.startswith("pending (3 of 5")
+
+
+# --- readings that cannot say more than the runs (issue 63) ---------------------------------------------
+
+def _stream_run(layers, seed, diagonal, final, learned=True):
+    """A run whose R has ``diagonal`` as its learning scores (chance 0 on every experience, stream gate's
+    threshold 0.1), so that stopping to learn can be read from it; its final average is ``final``."""
+    r = _run(layers, seed, final, learned=learned)
+    k = len(diagonal)
+    r["R"] = [[diagonal[i] if i == j else (final if i == k - 1 else 0.0) for j in range(k)] for i in range(k)]
+    r["stream_gate"] = {"skill": 0.3 if learned else 0.0, "chances": [0.0] * k, "threshold": 0.1,
+                        "learned": learned}
+    return r
+
+
+def test_a_baseline_that_did_not_learn_cannot_give_a_win(tmp_path):
+    # ovq learned; vq failed its gates on every seed: a large, significant lead is not read as a win
+    runs = [_run("ovq", s, 0.6 + 0.01 * s) for s in range(5)] + [_run("vq", s, 0.1 + 0.005 * s, learned=False)
+                                                                  for s in range(5)]
+    runs += [_run("ssm", s, 0.3 + 0.02 * s) for s in range(5)]
+    root = _write(tmp_path, "nl.json", runs)
+    alone = evaluate(Claim("c", "t", against=["vq"], results=["results/nl.json"], seeds=5), root)
+    assert alone.answers == ["against a non-learner"] and "learned 5/5 vs 0/5" in alone.cells[0]
+    assert alone.verdict.startswith("not testable here: every baseline failed the learned gates")
+    both = evaluate(Claim("c", "t", against=["vq", "ssm"], results=["results/nl.json"], seeds=5), root)
+    assert both.answers == ["against a non-learner", "yes"]
+    assert both.verdict == "partly (1 of 2); 1 of 2 comparisons not read (against a non-learner)"
+    # a loss to a mixer that learned, where ours did not, still counts against the claim
+    runs = [_run("ovq", s, 0.1 + 0.01 * s, learned=False) for s in range(5)] + [_run("ssm", s, 0.6 + 0.02 * s)
+                                                                                 for s in range(5)]
+    lost = evaluate(Claim("c", "t", against=["ssm"], results=["results/lost.json"], seeds=5),
+                    _write(tmp_path, "lost.json", runs))
+    assert lost.answers == ["opposite"] and lost.verdict == "not reproduced"
+
+
+def test_a_winner_that_stopped_learning_is_named_in_the_word_and_the_verdict(tmp_path):
+    runs = []
+    for s in range(5):
+        # ovq takes in the first two experiences, then nothing (skill below 0.1 from exp 2), and keeps them;
+        # the ssm learns every experience and keeps none
+        runs += [_stream_run("ovq", s, [0.5, 0.2, 0.05, 0.04], 0.22 + 0.01 * s),
+                 _stream_run("ssm", s, [0.2, 0.2, 0.2, 0.2], 0.08 + 0.005 * s)]
+    root = _write(tmp_path, "st.json", runs)
+    result = evaluate(Claim("c", "t", against=["ssm"], results=["results/st.json"], seeds=5), root)
+    assert result.answers == ["yes"]
+    assert result.cells[0].endswith(": yes; ovq stopped learning on 5/5 seeds (from exp 2)")
+    assert result.verdict == "reproduced; won by a memory that stopped learning (ovq: 5/5 seeds, from exp 2)"
+    # a winner that kept learning carries no such words
+    keeps = [_stream_run("ovq", s, [0.5, 0.4, 0.4, 0.4], 0.4 + 0.01 * s) for s in range(5)]
+    keeps += [_stream_run("ssm", s, [0.2, 0.2, 0.2, 0.2], 0.08 + 0.005 * s) for s in range(5)]
+    kept = evaluate(Claim("c", "t", against=["ssm"], results=["results/k.json"], seeds=5), _write(tmp_path, "k.json", keeps))
+    assert kept.verdict == "reproduced" and kept.cells[0].endswith(": yes")
+
+
+def test_no_difference_says_the_smallest_effect_the_test_could_detect(root):
+    from experiments.intervals import detectable_difference
+
+    result = evaluate(Claim("c", "t", against=["linear"], results=["results/a.json"]), root)
+    assert result.answers == ["no difference detected"]
+    sd = 0.002 * (6 / 5) ** 0.5          # differences +-0.002 alternating over 6 seeds: sample SD
+    assert f"80% power to detect {detectable_difference(sd, 6):.3f} at 5%; paired SD {sd:.3f}" in result.cells[0]
+    # in a family, also at Holm's first step (5% / the family's size), a larger effect
+    family = evaluate(Claim("c", "t", against=["linear", "ssm"], results=["results/a.json"]), root)
+    assert f"{detectable_difference(sd, 6, alpha=0.025):.3f} at Holm's first step (5%/2)" in family.cells[0]
+    # known answers of the power computation: n = 10 pairs at SD 0.1 detects about 0.0996; more seeds, less
+    assert detectable_difference(0.1, 10) == pytest.approx(0.0996, abs=2e-4)
+    assert detectable_difference(0.1, 40) < detectable_difference(0.1, 10) < detectable_difference(0.1, 5)
+
+
+def test_an_equivalence_reads_differently_inside_and_outside_its_margin(root):
+    inside = evaluate(Claim("c", "t", kind="as_much", against=["linear"], results=["results/a.json"], margin=0.01), root)
+    outside = evaluate(Claim("c", "t", kind="as_much", against=["linear"], results=["results/a.json"], margin=0.001), root)
+    assert inside.answers == ["yes"] and outside.answers == ["no"]
+    assert "yes (equivalent: the whole interval inside +-0.01); two one-sided tests p " in inside.cells[0]
+    p_in = float(inside.cells[0].rsplit("two one-sided tests p ", 1)[1].split()[0])
+    p_out = float(outside.cells[0].rsplit("two one-sided tests p ", 1)[1].split()[0])
+    assert p_in < 0.05 < p_out
+    assert inside.verdict == "reproduced" and outside.verdict == "not reproduced"
+
+
+def test_floor_against_floor_at_the_point_read_is_not_testable(tmp_path):
+    runs = []
+    for s in range(5):
+        runs += [_curve_run("ovq", s, (0.95, 0.10 + 0.01 * s), 2.0), _curve_run("ssm", s, (0.9, 0.02), 2.0)]
+    root = _write(tmp_path, "fl.json", runs)
+    floor = evaluate(Claim("c", "t", against=["ssm"], results=["results/fl.json"], endpoint="capacity@64", seeds=5), root)
+    assert floor.answers == ["both at the floor"] and "skill there 0.12 vs 0.02" in floor.cells[0]
+    assert floor.verdict.startswith("not testable here: neither side recalls at the point read")
+    up = evaluate(Claim("c", "t", against=["ssm"], results=["results/fl.json"], endpoint="capacity@16", seeds=5), root)
+    assert up.answers == ["no t-test"]          # both recall at 16 facts: read (here, every pair differs by 0.05)
+
+
+def test_a_row_that_awaits_a_declared_study_is_not_decided_until_its_runs_are_in(root):
+    claim = Claim("c", "t", against=["ssm"], results=["results/a.json"], awaits="cicr_fresh_long")
+    waiting = claims.evaluate_claims([claim], root)[0]
+    assert waiting.verdict.startswith("not decided: waits for the declared study cicr_fresh_long "
+                                      "(results/cicr_fresh_long.json (not written)); its own comparisons read so far: reproduced")
+    done = claims.evaluate_claims([claim], root, unfinished=lambda name: [])[0]
+    assert done.verdict == "reproduced"
+
+
+def test_evidence_class_is_declared_and_checked(tmp_path):
+    assert Claim("c", "t", seeds=10, confirmatory=True).evidence == "confirmatory, 10 seeds"
+    assert Claim("c", "t", seeds=5).evidence == "exploratory, 5 seeds"
+    bad = tmp_path / "c.yaml"
+    _refused(bad, "claims:\n  - {claim: x, test: y, seeds: 5, confirmatory: true, against: [vq], results: [r.json]}\n",
+             "confirmatory row is a paired comparison declared with at least 10 seeds")
+    _refused(bad, "claims:\n  - {claim: x, test: y, seeds: 5, awaits: no_such_study, against: [vq], results: [r.json]}\n",
+             "awaits study 'no_such_study' not found")
+    _, shipped = claims.load_claims()
+    # every shipped row that reads 5 seeds is exploratory; the confirmatory ones have 10
+    assert all(c.seeds >= 10 for c in shipped if c.confirmatory)
