@@ -135,6 +135,7 @@ class Claim:
                                                 # against each, on this claim's records and endpoint): in its Holm family
     secondary: List[str] = field(default_factory=list)   # endpoints shown beside each comparison, never read
     confirmatory: bool = False                  # declared before its runs with 10+ seeds (else exploratory)
+    headline: str = ""                          # a short name; a row with one is in README's findings table
     awaits: str = ""                            # a declared study (its name) whose runs decide this row: until
                                                 # all of them are in, the verdict is "not decided"
 
@@ -331,6 +332,7 @@ class _Comparison:
     reference_skill: float = math.nan          # as_much on a probe's point: the reference's mean skill there
     our_skill: float = math.nan                # on a probe's point: ours' mean skill there
     stopped: tuple = (0, 0, None)              # ours: (runs that stopped learning, runs measured, earliest experience)
+    detectable: float = math.nan               # "no difference detected": the difference seen with 80% power at 5%
     note: str = ""                             # said after the numbers (code versions, learned counts)
     values: tuple = ((), ())                   # ours, theirs per pair: an interval at another level (families)
     beside: str = ""                           # the secondary endpoints on the same pairs (shown, not read)
@@ -394,7 +396,12 @@ def _stopped(runs: Sequence[compare.RunRecord]) -> tuple:
 def _stopped_words(claim: Claim, cmp: _Comparison) -> str:
     """``"; ovq stopped learning on 5/5 seeds (from exp 2)"``, or '' when none of ours' runs stopped."""
     k, n, at = cmp.stopped
-    return f"; {claim.ours} stopped learning on {k}/{n} seeds (from exp {at})" if k else ""
+    return f"; {_short_name(claim.ours)} stopped learning on {k}/{n} seeds (from exp {at})" if k else ""
+
+
+def _short_name(pattern: str) -> str:
+    """A configuration pattern's mixers alone: ``"ovq | after_meta...=128"`` -> ``"ovq"``."""
+    return pattern.split("|", 1)[0].strip()
 
 
 def _detectable(cmp: _Comparison, family_size: int) -> str:
@@ -406,7 +413,8 @@ def _detectable(cmp: _Comparison, family_size: int) -> str:
     if len(d) < 2:
         return ""
     sd, n = statistics.stdev(d), len(d)
-    text = f"80% power to detect {detectable_difference(sd, n):.3f} at 5%"
+    cmp.detectable = detectable_difference(sd, n)
+    text = f"80% power to detect {cmp.detectable:.3f} at 5%"
     if family_size > 1:
         text += f", {detectable_difference(sd, n, alpha=0.05 / family_size):.3f} at Holm's first step (5%/{family_size})"
     return f" ({text}; paired SD {sd:.3f})"
@@ -646,7 +654,7 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
             return ("not testable here: every baseline failed the learned gates on most seeds (a lead over a "
                     "memory that did not learn the task is no evidence that ours keeps more)")
         if all(a in ("ours did not learn", "neither learned") for a in answers):
-            return f"not testable here: {claim.ours} did not pass the learned gates on most seeds"
+            return f"not testable here: {_short_name(claim.ours)} did not pass the learned gates on most seeds"
         if all(a == "both at the floor" for a in answers):
             return (f"not testable here: neither side recalls at the point read (both skills below the learned "
                     f"gate's {GateSection.min_skill:g})")
@@ -657,9 +665,16 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
     if stopped:
         # a memory that holds more because it stopped taking new facts early must not read as one that keeps
         k_stop, n_stop, at = max(stopped)
-        aside_words = f"; won by a memory that stopped learning ({claim.ours}: {k_stop}/{n_stop} seeds, from exp {at})"
+        aside_words = f"; won by a memory that stopped learning ({_short_name(claim.ours)}: {k_stop}/{n_stop} seeds, from exp {at})"
     else:
         aside_words = ""
+    unseen = [c.detectable for c in comparisons if c.answer == "no difference detected" and not math.isnan(c.detectable)]
+    if not k and unseen and all(a in ("no difference detected",) + NOT_READ + NOT_MADE for a in answers):
+        # nothing went either way: say what the test could not have seen, not only that the claim failed
+        span = f"{min(unseen):.2f}" + (f"-{max(unseen):.2f}" if max(unseen) - min(unseen) >= 0.005 else "")
+        shown = ("not reproduced: no difference detected (differences below about " + span
+                 + " would be missed even at 80% power; nor is equivalence shown)")
+        return shown if not aside else f"{shown}; {len(aside)} of {n} comparisons not read ({reasons})"
     if not aside:
         return ("reproduced" if k == n else (f"partly ({k} of {n})" if k else "not reproduced")) + aside_words
     said = f"{len(aside)} of {n} comparisons not read ({reasons})"
@@ -752,7 +767,11 @@ def evaluate_claims(claims: List[Claim], root: str,
         if claim.awaits:
             missing = (unfinished or (lambda name: _results_missing(name, root)))(claim.awaits)
             if missing:
-                result.verdict = (f"not decided: waits for the declared study {claim.awaits} ({'; '.join(missing)}); "
+                from experiments.study_specs import load_study
+
+                number = load_study(claim.awaits).title.split(".", 1)[0]
+                where = f"section {number}: " if number.isdigit() else ""
+                result.verdict = (f"not decided: waits for the declared study {claim.awaits} ({where}{'; '.join(missing)}); "
                                   f"its own comparisons read so far: {result.verdict}")
     for name, members in families.items():
         if len(members) < 2:
@@ -790,3 +809,42 @@ def claims_section(root: str, path: str = CLAIMS_FILE,
         lines.append("| " + " | ".join(_table_cell(text) for text in (claim.claim, claim.test, body, verdict,
                                                                         claim.evidence or "-")) + " |")
     return "\n".join(lines) + "\n"
+
+
+FINDINGS_START = "<!-- findings table: generated by `ovq-cl report` from experiments/claims.yaml; do not edit -->"
+FINDINGS_END = "<!-- end of the findings table -->"
+MAX_FINDINGS = 12
+
+
+def findings_table(root: str, path: str = CLAIMS_FILE, unfinished: Optional[Callable[[str], List[str]]] = None,
+                   state: Optional[Callable[[Claim], str]] = None) -> str:
+    """README's findings table: one line per claims row with a ``headline`` (at most a dozen), its reading
+    exactly as the claims table reads it (the same rules, the same runs), the seeds, the evidence class and
+    the row's rerun check (``state(claim)``: whether its runs were rerun bit for bit; "not checked" by
+    default). A row that waits for a declared study says only that."""
+    _, claims = load_claims(path)
+    results = evaluate_claims(claims, root, unfinished)
+    rows = [(c, r) for c, r in zip(claims, results) if c.headline]
+    if len(rows) > MAX_FINDINGS:
+        raise ValueError(f"{path}: {len(rows)} rows have a headline; README's findings table holds at most {MAX_FINDINGS}")
+    lines = ["| finding (the paper's claim) | our test | reading | seeds | evidence | rerun check |",
+             "|---|---|---|---|---|---|"]
+    for c, r in rows:
+        sections = re.findall(r"section (\d+)", c.test)       # the last named: the one the test reads
+        where = f"section {sections[-1]}" if sections else "-"
+        reading = r.verdict.split("; its own comparisons read so far")[0] if r.verdict.startswith("not decided") else r.verdict
+        lines.append("| " + " | ".join(_table_cell(t) for t in (c.headline, where, reading, str(c.seeds),
+                                                                  c.evidence.split(",")[0],
+                                                                  state(c) if state else "not checked")) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def replace_findings(text: str, table: str) -> str:
+    """``text`` (README) with the part between the findings markers replaced by ``table``; ValueError when
+    the markers are missing (a README edited by hand must say where the table goes)."""
+    if FINDINGS_START not in text or FINDINGS_END not in text:
+        raise ValueError("README.md has no findings markers: put the two lines of experiments.claims.FINDINGS_START "
+                         "and FINDINGS_END where the table goes")
+    head, rest = text.split(FINDINGS_START, 1)
+    _, tail = rest.split(FINDINGS_END, 1)
+    return head + FINDINGS_START + "\n" + table + FINDINGS_END + tail

@@ -676,7 +676,7 @@ def test_a_comparison_short_of_its_pairs_reads_no_word_nor_one_its_family_could_
     (tmp_path / "done").mkdir()
     done = evaluate(claim, _write(tmp_path / "done", "p.json", runs + vq))
     assert done.answers == ["no difference detected", "no difference detected"] and "Holm p 0.073" in done.cells[0]
-    assert done.verdict == "not reproduced"
+    assert done.verdict.startswith("not reproduced: no difference detected (differences below about ")
 
 
 def test_a_complete_comparison_waits_for_an_unshown_test_of_its_family_still_to_come(tmp_path):
@@ -759,6 +759,10 @@ def test_no_difference_says_the_smallest_effect_the_test_could_detect(root):
     assert f"{detectable_difference(sd, 6, alpha=0.025):.3f} at Holm's first step (5%/2)" in family.cells[0]
     # known answers of the power computation: n = 10 pairs at SD 0.1 detects about 0.0996; more seeds, less
     assert detectable_difference(0.1, 10) == pytest.approx(0.0996, abs=2e-4)
+    # a verdict of no detected differences says what they could not have seen, not only "not reproduced"
+    assert result.verdict == (f"not reproduced: no difference detected (differences below about "
+                              f"{detectable_difference(sd, 6):.2f} would be missed even at 80% power; nor is "
+                              "equivalence shown)")
     assert detectable_difference(0.1, 40) < detectable_difference(0.1, 10) < detectable_difference(0.1, 5)
 
 
@@ -788,8 +792,8 @@ def test_floor_against_floor_at_the_point_read_is_not_testable(tmp_path):
 def test_a_row_that_awaits_a_declared_study_is_not_decided_until_its_runs_are_in(root):
     claim = Claim("c", "t", against=["ssm"], results=["results/a.json"], awaits="cicr_fresh_long")
     waiting = claims.evaluate_claims([claim], root)[0]
-    assert waiting.verdict.startswith("not decided: waits for the declared study cicr_fresh_long "
-                                      "(results/cicr_fresh_long.json (not written)); its own comparisons read so far: reproduced")
+    assert waiting.verdict == ("not decided: waits for the declared study cicr_fresh_long (section 31: "
+                               "results/cicr_fresh_long.json (not written)); its own comparisons read so far: reproduced")
     done = claims.evaluate_claims([claim], root, unfinished=lambda name: [])[0]
     assert done.verdict == "reproduced"
 
@@ -805,3 +809,29 @@ def test_evidence_class_is_declared_and_checked(tmp_path):
     _, shipped = claims.load_claims()
     # every shipped row that reads 5 seeds is exploratory; the confirmatory ones have 10
     assert all(c.seeds >= 10 for c in shipped if c.confirmatory)
+
+
+def test_the_findings_table_reads_the_claims_rows_with_a_headline_and_goes_between_its_markers(root):
+    (Path(root) / "claims.yaml").write_text(
+        "preamble: p\nclaims:\n  - claim: c\n    headline: 'OVQ beats the SSM'\n    test: 't, 6 seeds (section 9)'\n"
+        "    seeds: 6\n    results: [results/a.json]\n    against: [ssm]\n"
+        "  - claim: d\n    test: t\n    seeds: 6\n    results: [results/a.json]\n    against: [vq]\n")
+    table = claims.findings_table(root, str(Path(root) / "claims.yaml"), state=lambda c: "verified")
+    assert table.splitlines()[2] == "| OVQ beats the SSM | section 9 | reproduced | 6 | exploratory | verified |"
+    assert len(table.splitlines()) == 3                      # the row without a headline is not in it
+    readme = f"# t\n\n{claims.FINDINGS_START}\nold\n{claims.FINDINGS_END}\n\nrest\n"
+    assert claims.replace_findings(readme, table) == f"# t\n\n{claims.FINDINGS_START}\n{table}{claims.FINDINGS_END}\n\nrest\n"
+    with pytest.raises(ValueError, match="no findings markers"):
+        claims.replace_findings("# t\n", table)
+
+
+def test_the_readme_findings_table_is_the_generated_one():
+    """README's table is what `ovq-cl report` writes from the project's runs (never edited by hand)."""
+    from experiments import report
+    from experiments.study_specs import load_study
+
+    root = report.PROJECT_DIR
+    text = Path(root, "README.md").read_text()
+    table = claims.findings_table(root, unfinished=lambda name: report.unfinished_sweeps(load_study(name), root),
+                                  state=report._claim_state(root))
+    assert claims.replace_findings(text, table) == text
