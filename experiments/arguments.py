@@ -96,12 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
     report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
     report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
     report_p.add_argument("--verify", action="store_true",
-                          help="first run one seed of every verdict configuration again and require its stored R "
-                               "bit for bit; RESULTS.md is written only if every one matches")
+                          help="first run one seed of every configuration behind the verdict and claims tables "
+                               "again, cheapest first, and compare its R with the stored one bit for bit: each is "
+                               "verified, unverified (and why: no code version recorded, made by other code, "
+                               "another CPU, not expressible, not rerun) or DIFFERS (made by today's code, and "
+                               "not reproduced); kept in results/verification.json; RESULTS.md is written unless "
+                               "one DIFFERS (exit 1)")
     report_p.add_argument("--verify-only", default="", metavar="TEXT",
-                          help="with --verify: only configurations whose label contains TEXT")
+                          help="with --verify: only configurations whose run or configuration label contains TEXT")
     report_p.add_argument("--verify-limit", type=int, default=None, metavar="N",
-                          help="with --verify: at most N configurations")
+                          help="with --verify: rerun at most N configurations (the cheapest); the others are "
+                               "reported 'not rerun (beyond --verify-limit)'")
     sizes = sub.add_parser("state-sizes", parents=[plugin], help="print every mixer's state bytes per layer and lane against T")
     sizes.add_argument("--lengths", default=LENGTHS_DEFAULT, help="comma-separated sequence lengths")
     sizes.add_argument("--d-model", type=int, default=256)

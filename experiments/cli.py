@@ -229,15 +229,18 @@ def _dispatch(args, parser) -> int:
 
         if args.verify:
             from experiments.study_specs import all_studies
-            from experiments.verify import verify
+            from experiments.verify import DIFFERS, summary, verify, write_verification
 
             checks = verify(all_studies(), only=args.verify_only, limit=args.verify_limit, announce=say)
-            bad = [c for c in checks if not c.ok]
-            if bad or not checks:
-                print(f"ovq-cl: report --verify: {len(bad)} of {len(checks)} configurations do not reproduce their "
-                      "stored R bit for bit (listed above); RESULTS.md not written", file=sys.stderr)
+            kept = write_verification(checks)
+            if args.verify_only and not checks:
+                say(f"ovq-cl: report --verify: no configuration's label contains {args.verify_only!r}")
+            if any(c.status == DIFFERS for c in checks):
+                print(f"ovq-cl: report --verify: {summary(checks)}: a configuration made by today's code does not "
+                      f"reproduce its stored R bit for bit (listed above, kept in {kept}); RESULTS.md not written",
+                      file=sys.stderr)
                 return 1
-            say(f"ovq-cl: report --verify: all {len(checks)} configurations reproduce their stored R bit for bit")
+            say(f"ovq-cl: report --verify: {summary(checks)} (kept in {kept})")
         print(write_report(args.out))
     elif args.command == "state-sizes":
         from experiments.state_sizes import parse_mixer_options, state_size_table

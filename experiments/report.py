@@ -1030,6 +1030,7 @@ class VerdictEntry:
     same_as: Optional[int] = None          # the number of the earlier row with the same runs
     declared_tests: int = 0                # its study's declared tests (confirmatory; 0: none declared)
     study: str = ""                        # its study's title (a family's declared tests are per study)
+    configurations: Tuple[list, ...] = ()   # the runs of its two configurations (OVQ baseline's, the other's)
 
 
 def declared_design(spec: StudySpec) -> Tuple[int, int]:
@@ -1084,16 +1085,18 @@ def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[
             except ValueError as e:
                 entries.append(VerdictEntry(spec.verdict, family, where, note=f"no OVQ baseline here ({e})"))
                 continue
-            for r in rows:
+            sides = _row_configurations(subset, spec.baseline, rows)
+            for r, configurations in zip(rows, sides):
                 r.declared_seeds = seeds
                 mixed = sorted(r.code_versions - set(spec.comparable_code)) if len(r.code_versions) > 1 else []
                 if mixed:                # pairs made by different code, not declared comparable: refused
                     entries.append(VerdictEntry(spec.verdict, family, where, note=(
                         f"refused ({r.other}): its pairs were made by code versions {', '.join(sorted(r.code_versions))}, "
                         "not declared comparable in the study spec (`comparable_code`, after `ovq-cl report --verify`)"),
-                        declared_tests=tests, study=spec.title))
+                        declared_tests=tests, study=spec.title, configurations=configurations))
                 else:
-                    entries.append(VerdictEntry(spec.verdict, family, where, r, declared_tests=tests, study=spec.title))
+                    entries.append(VerdictEntry(spec.verdict, family, where, r, declared_tests=tests, study=spec.title,
+                                                configurations=configurations))
     seen: Dict[frozenset, int] = {}
     for n, e in enumerate(entries, 1):
         if e.row is None:
@@ -1144,6 +1147,39 @@ def verdict_entries(specs: List[StudySpec], root: Optional[str] = None) -> List[
     return entries
 
 
+def _row_configurations(records: List[compare.RunRecord], baseline: str,
+                        rows: List[compare.VerdictRow]) -> List[Tuple[list, ...]]:
+    """The runs of the two configurations behind each of ``rows`` (``compare.verdict_rows(records,
+    baseline)``): the baseline's, and the other's. The other is the group whose runs the row paired (its
+    ``run_ids``); a row without pairs takes the group in ``verdict_rows``' order (every group but the
+    baseline and OVQ's, sorted); () where neither says."""
+    groups = compare.group_records(records)
+    base_key = compare.find_group(groups, baseline)
+    others = [k for k in sorted(groups) if k != base_key
+              and "ovq" not in compare._layers(groups[k][0].params.get("model.layers", ""))]
+
+    def ids(key: str) -> set:
+        return {r.config_id or r.label + str(r.replicate) for r in groups[key]}
+
+    out = []
+    for i, r in enumerate(rows):
+        overlap = {k: len(ids(k) & r.run_ids) for k in others}
+        paired = [k for k, n in overlap.items() if n and n == max(overlap.values())]
+        key = paired[0] if len(paired) == 1 else (others[i] if not r.run_ids and len(others) == len(rows) else None)
+        out.append(() if key is None else (groups[base_key], groups[key]))
+    return out
+
+
+def _rerun_cell(e: VerdictEntry, verification: Dict[str, Dict[str, dict]]) -> str:
+    """The verdict table's ``rerun check``: whether both configurations of the row were rerun bit for bit
+    (``ovq-cl report --verify``, ``results/verification.json``)."""
+    from experiments.rerun_check import configuration_entry, row_state
+
+    if not e.configurations:
+        return ""
+    return row_state([configuration_entry(verification, e.study, runs) for runs in e.configurations])
+
+
 def _plus(x: float, what: str) -> str:
     """`` + 58K shared``; '' for nothing."""
     return f" + {_kb(x)} {what}" if x and x == x else ""
@@ -1168,23 +1204,29 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None, prefix: st
     and Holm-adjusted p, exact Wilcoxon p), then stability and plasticity side by side: forgetting_max
     (other - OVQ, on seeds where both learned; raw and Holm p), the learning score of the experiences
     after the first (OVQ - other) and how many runs stopped learning at some experience. State bytes
-    and parameters of both. A row made of the runs of an earlier row says so instead of repeating it.
-    Rows are numbered ``{prefix}1``, ``{prefix}2``, ..."""
+    and parameters of both, and the rerun check of its two configurations (:func:`experiments.rerun_check.row_state`
+    of ``results/verification.json``). A row made of the runs of an earlier row says so instead of
+    repeating it. Rows are numbered ``{prefix}1``, ``{prefix}2``, ..."""
+    from experiments.rerun_check import load_verification
+
+    verification = load_verification(root or PROJECT_DIR)
     head = ["#", "stream (family)", "where", "against", "seeds (both learned)",
             "**final average, OVQ - other** [95% CI]", "p t / Holm", "p Wilcoxon", "**verdict**",
             "forgetting_max, other - OVQ [95% CI]", "p t / Holm", "forgetting", "late learning, OVQ - other",
             "stopped learning, OVQ / other", "bytes per lane OVQ / other (+ shared by all lanes)",
-            "params OVQ / other (+ learned buffers)"]
+            "params OVQ / other (+ learned buffers)", "rerun check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for n, e in enumerate(verdict_entries(specs, root), 1):
         n = f"{prefix}{n}"
         stream = e.stream + (f" ({e.family})" if e.family != e.stream else "") + (" (facts in force)" if e.row is not None and e.row.current else "")
+        check = _rerun_cell(e, verification)
         if e.row is None:
-            lines.append(f"| {n} | {stream} | {e.where} | | | | | | {e.note} |" + " |" * 7)
+            lines.append(f"| {n} | {stream} | {e.where} | | | | | | {e.note} |" + " |" * 7 + f" {check} |")
             continue
         r = e.row
         if e.same_as is not None:
-            lines.append(f"| {n} | {stream} | {e.where} | {r.other} | | | | | same runs as row {prefix}{e.same_as} |" + " |" * 7)
+            lines.append(f"| {n} | {stream} | {e.where} | {r.other} | | | | | same runs as row {prefix}{e.same_as} |"
+                         + " |" * 7 + f" {check} |")
             continue
         p, f = r.primary, r.forgetting
         fcell = "-" if r.n_pairs == 0 else _paired_cell(f)
@@ -1196,7 +1238,7 @@ def verdict_table(specs: List[StudySpec], root: Optional[str] = None, prefix: st
             f"{_paired_cell(r.late_learning, r.higher_is_better)} | {r.stopped[0]} / {r.stopped[1]} | "
             f"{_kb(r.state_bytes[0])}{_plus(r.shared_bytes[0], 'shared')} / {_kb(r.state_bytes[1])}"
             f"{_plus(r.shared_bytes[1], 'shared')} | {_kb(r.parameters[0])}{_plus(r.learned_buffers[0], 'buffers')} / "
-            f"{_kb(r.parameters[1])}{_plus(r.learned_buffers[1], 'buffers')} |")
+            f"{_kb(r.parameters[1])}{_plus(r.learned_buffers[1], 'buffers')} | {check} |")
     return "\n".join(lines)
 
 

@@ -194,11 +194,11 @@ def test_pairs_made_by_other_code_are_refused_unless_declared_comparable(tmp_pat
 def test_report_verify_reruns_one_seed_per_configuration_and_fails_on_an_altered_result(tmp_path, monkeypatch, capsys):
     import yaml
 
-    from experiments import claims
     from experiments.cli import main
     from experiments.sweep import expand, run_sweep
     from experiments.verify import configuration_label
     from test_runner import TINY
+    from test_verify_rows import _own_claims
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump({**TINY, "meta_train": {"steps": 4, "batch_size": 8},
@@ -215,9 +215,9 @@ def test_report_verify_reruns_one_seed_per_configuration_and_fails_on_an_altered
     grid = {"model.layers": ["[ovq]", "[linear]"], "seed": ["0", "1"]}
     configs = expand("cfg.yaml", ["checkpoint.enabled=false", f"tracking.tracking_uri=sqlite:///{tmp_path / 'm.db'}"], grid)
     run_sweep(configs, "toy", grid=grid, out="results", announce=lambda m: None, show=lambda t: None)
-    monkeypatch.setattr(claims, "CLAIMS_FILE", str(tmp_path / "claims.yaml"))
     (tmp_path / "claims.yaml").write_text("claims: []\n")
-    out = tmp_path / "RESULTS.md"
+    _own_claims(monkeypatch, str(tmp_path / "claims.yaml"))
+    out = tmp_path / "R.md"                 # not the project's own RESULTS.md path
     assert main(["report", "--verify", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert err.count(" verified  Toy:") == 2 and "2 verified, 0 unverified, 0 differ" in err and out.exists()
