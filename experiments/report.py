@@ -1343,8 +1343,35 @@ def write_report(path: Optional[str] = None, root: Optional[str] = None, only: O
     path = path or os.path.join(PROJECT_DIR, "RESULTS.md")
     specs = all_studies()
     shown = specs if only is None else [load_study(only)]
-    text = (HEADER + "\n" + claims_section(root or PROJECT_DIR) + "\n" + verdict_section(specs, root) + "\n"
+    base = root or PROJECT_DIR
+    # a claims row that awaits a declared study is "not decided" while any of that study's runs is still to come
+    text = (HEADER + "\n" + claims_section(base, unfinished=lambda name: unfinished_sweeps(load_study(name), base))
+            + "\n" + verdict_section(specs, root) + "\n"
             + "\n".join(section(s, root) for s in shown))
     with open(path, "w") as fh:
         fh.write(text.rstrip() + "\n")
+    if os.path.abspath(path) == os.path.abspath(os.path.join(PROJECT_DIR, "RESULTS.md")) and only is None:
+        write_findings(base)
     return path
+
+
+def write_findings(root: Optional[str] = None, readme: Optional[str] = None) -> str:
+    """README's findings table (``claims.findings_table``) put between its markers, from the runs under
+    ``root``; the rest of README untouched. Returns the README's path."""
+    from experiments.claims import findings_table, replace_findings
+
+    base = root or PROJECT_DIR
+    readme = readme or os.path.join(PROJECT_DIR, "README.md")
+    with open(readme) as fh:
+        text = fh.read()
+    table = findings_table(base, unfinished=lambda name: unfinished_sweeps(load_study(name), base),
+                           state=_claim_state(base))
+    with open(readme, "w") as fh:
+        fh.write(replace_findings(text, table))
+    return readme
+
+
+def _claim_state(root: str):
+    """The rerun check of a claims row's configurations (``experiments.verify``), or None where the
+    verification records cannot say (the findings table then says "not checked")."""
+    return None
