@@ -192,10 +192,8 @@ def load_claims(path: str = CLAIMS_FILE) -> tuple:
             raise ValueError(f"{path}: claim {i + 1}: a confirmatory row is a paired comparison declared with at "
                              f"least {CONFIRMATORY_SEEDS} seeds, got kind {c.kind} with {c.seeds}")
         if c.awaits:
-            from experiments.study_specs import load_study
-
             try:
-                load_study(c.awaits)
+                awaited_study(c.awaits)
             except FileNotFoundError as e:
                 raise ValueError(f"{path}: claim {i + 1}: awaits {e}") from None
         claims.append(c)
@@ -687,12 +685,39 @@ def _test_key(claim: Claim, name: str) -> tuple:
             tuple(sorted((k, tuple(v)) for k, v in claim.select.items())))
 
 
+def configuration_runs(claim: Claim, root: str) -> List[List[compare.RunRecord]]:
+    """The runs of each configuration a claim compares (ours, then each of ``against`` that has runs), as
+    its comparisons group them: what a rerun check of the row covers."""
+    if claim.kind == "untestable":
+        return []
+    groups = compare.group_records(_records(claim, root))
+    out = []
+    for pattern in [claim.ours] + list(claim.against):
+        try:
+            out.append(groups[compare.find_group(groups, pattern)])
+        except ValueError:
+            continue
+    return out
+
+
+def awaited_study(name: str):
+    """The study spec a claims row ``awaits``: from the studies folder in use, else from the project's own
+    (a report over another folder of studies still reads the project's claims, whose studies are these)."""
+    from experiments.study_specs import load_study
+
+    try:
+        return load_study(name)
+    except FileNotFoundError:
+        own = os.path.join(os.path.dirname(os.path.abspath(__file__)), "studies", f"{name}.yaml")
+        if os.path.exists(own):
+            return load_study(own)
+        raise
+
+
 def _results_missing(name: str, root: str) -> List[str]:
     """The declared result files of study ``name`` that do not exist under ``root`` (what a row that awaits
     it waits for, where the caller has no finer count of the study's runs)."""
-    from experiments.study_specs import load_study
-
-    return [f"{path} (not written)" for path in load_study(name).results if not os.path.exists(os.path.join(root, path))]
+    return [f"{path} (not written)" for path in awaited_study(name).results if not os.path.exists(os.path.join(root, path))]
 
 
 def evaluate_claims(claims: List[Claim], root: str,
@@ -767,9 +792,7 @@ def evaluate_claims(claims: List[Claim], root: str,
         if claim.awaits:
             missing = (unfinished or (lambda name: _results_missing(name, root)))(claim.awaits)
             if missing:
-                from experiments.study_specs import load_study
-
-                number = load_study(claim.awaits).title.split(".", 1)[0]
+                number = awaited_study(claim.awaits).title.split(".", 1)[0]
                 where = f"section {number}: " if number.isdigit() else ""
                 result.verdict = (f"not decided: waits for the declared study {claim.awaits} ({where}{'; '.join(missing)}); "
                                   f"its own comparisons read so far: {result.verdict}")

@@ -1338,14 +1338,14 @@ def write_report(path: Optional[str] = None, root: Optional[str] = None, only: O
     the JSON under ``root`` (default: the project). ``only``: one study's section alone (the claims and
     the verdict table still read every study), as a smoke run writes it: a section draws its figures, and
     a smoke folder that collects many studies' tiny results would draw them all again for each study."""
-    from experiments.claims import claims_section
+    from experiments.claims import awaited_study, claims_section
 
     path = path or os.path.join(PROJECT_DIR, "RESULTS.md")
     specs = all_studies()
     shown = specs if only is None else [load_study(only)]
     base = root or PROJECT_DIR
     # a claims row that awaits a declared study is "not decided" while any of that study's runs is still to come
-    text = (HEADER + "\n" + claims_section(base, unfinished=lambda name: unfinished_sweeps(load_study(name), base))
+    text = (HEADER + "\n" + claims_section(base, unfinished=lambda name: unfinished_sweeps(awaited_study(name), base))
             + "\n" + verdict_section(specs, root) + "\n"
             + "\n".join(section(s, root) for s in shown))
     with open(path, "w") as fh:
@@ -1358,13 +1358,15 @@ def write_report(path: Optional[str] = None, root: Optional[str] = None, only: O
 def write_findings(root: Optional[str] = None, readme: Optional[str] = None) -> str:
     """README's findings table (``claims.findings_table``) put between its markers, from the runs under
     ``root``; the rest of README untouched. Returns the README's path."""
-    from experiments.claims import findings_table, replace_findings
+    from experiments.claims import awaited_study, findings_table, replace_findings
 
     base = root or PROJECT_DIR
     readme = readme or os.path.join(PROJECT_DIR, "README.md")
+    if not os.path.exists(readme):          # a report over a folder with no README (a test's, a copy's)
+        return readme
     with open(readme) as fh:
         text = fh.read()
-    table = findings_table(base, unfinished=lambda name: unfinished_sweeps(load_study(name), base),
+    table = findings_table(base, unfinished=lambda name: unfinished_sweeps(awaited_study(name), base),
                            state=_claim_state(base))
     with open(readme, "w") as fh:
         fh.write(replace_findings(text, table))
@@ -1372,6 +1374,18 @@ def write_findings(root: Optional[str] = None, readme: Optional[str] = None) -> 
 
 
 def _claim_state(root: str):
-    """The rerun check of a claims row's configurations (``experiments.verify``), or None where the
-    verification records cannot say (the findings table then says "not checked")."""
-    return None
+    """A claims row -> the rerun check of its configurations (``ovq-cl report --verify``'s records in
+    ``results/verification.json``, read by ``experiments.rerun_check``): "verified (...)", "unverified: ...",
+    "DIFFERS" or "not checked"."""
+    from experiments.claims import configuration_runs
+    from experiments.rerun_check import configuration_entry, load_verification, row_state, study_of_file
+
+    verification = load_verification(root)
+
+    def state(claim) -> str:
+        groups = configuration_runs(claim, root)
+        if not groups:
+            return "-"
+        studies = [study_of_file(rel) for rel in claim.results]
+        return row_state([configuration_entry(verification, studies, runs) for runs in groups])
+    return state

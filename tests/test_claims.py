@@ -828,10 +828,9 @@ def test_the_findings_table_reads_the_claims_rows_with_a_headline_and_goes_betwe
 def test_the_readme_findings_table_is_the_generated_one():
     """README's table is what `ovq-cl report` writes from the project's runs (never edited by hand)."""
     from experiments import report
-    from experiments.study_specs import load_study
 
     root = report.PROJECT_DIR
     text = Path(root, "README.md").read_text()
-    table = claims.findings_table(root, unfinished=lambda name: report.unfinished_sweeps(load_study(name), root),
+    table = claims.findings_table(root, unfinished=lambda name: report.unfinished_sweeps(claims.awaited_study(name), root),
                                   state=report._claim_state(root))
     assert claims.replace_findings(text, table) == text
