@@ -229,3 +229,43 @@ def equivalence_p(a: Sequence[float], b: Sequence[float], margin: float) -> floa
     from statsmodels.stats.weightstats import ttost_paired
 
     return float(ttost_paired(xa, xb, -margin, margin)[0])
+
+
+def equivalence_power(sd: float, n: int, margin: float, alpha: float = 0.05, true_difference: float = 0.0) -> float:
+    """The probability that two one-sided paired t-tests at level ``alpha`` (TOST) show equivalence within
+    +-``margin`` over ``n`` pairs whose differences are normal with standard deviation ``sd`` and mean
+    ``true_difference``. Exact: given the sample SD s, both tests reject when the mean lies in
+    (-margin + t s / sqrt(n), margin - t s / sqrt(n)) (t the one-sided critical value), the mean is normal
+    and independent of s, and (n - 1) s^2 / sd^2 is chi-square with n - 1 degrees of freedom, over which
+    the probability is integrated (scipy)."""
+    from scipy import integrate
+    from scipy import stats as _stats
+
+    if n < 2 or not (sd > 0 and margin > 0):
+        return math.nan
+    df = n - 1
+    t_crit = _stats.t.ppf(1 - alpha, df)
+    root_n = math.sqrt(n)
+
+    def given(q: float) -> float:               # q = (n - 1) s^2 / sd^2
+        half = margin - t_crit * sd * math.sqrt(q / df) / root_n
+        if half <= 0:
+            return 0.0
+        z = root_n / sd
+        return float(_stats.norm.cdf((half - true_difference) * z) - _stats.norm.cdf((-half - true_difference) * z))
+
+    # the acceptance region is empty past q_max: integrate up to there only
+    q_max = df * (margin * root_n / (t_crit * sd)) ** 2
+    value, _ = integrate.quad(lambda q: given(q) * _stats.chi2.pdf(q, df), 0.0, q_max, limit=200)
+    return min(1.0, max(0.0, float(value)))
+
+
+def equivalence_seeds(sd: float, margin: float, alpha: float = 0.05, power: float = 0.8,
+                      true_difference: float = 0.0, most: int = 1000) -> int:
+    """The fewest pairs that give two one-sided tests at ``alpha`` the ``power`` to show equivalence within
+    +-``margin`` (:func:`equivalence_power`), when the true difference is ``true_difference`` and the paired
+    differences have standard deviation ``sd``; ``most`` + 1 where even ``most`` pairs fall short."""
+    for n in range(2, most + 1):
+        if equivalence_power(sd, n, margin, alpha, true_difference) >= power:
+            return n
+    return most + 1
