@@ -18,7 +18,11 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
   there is below the learned gate's bar. None of these is read as evidence either way. A "yes" whose
   winner stopped learning (``compare.stopped_learning_at``: an experience after the first whose
   learning score fell below the stream gate's bar) names it: "yes; ovq stopped learning on 5/5 seeds
-  (from exp 2)" (experiences count from 0), and so does the verdict;
+  (from exp 2)" (experiences count from 0), and so does the verdict. With a declared ``margin`` (an
+  equivalence margin, fixed before the runs), a comparison with no difference detected is read again by
+  two one-sided tests at that margin (at the family's Bonferroni share of 5%): "equivalent" where they
+  show it, else it stays "no difference detected" and the claim is **not decided** (its power fell
+  short); every cell shows the exact Wilcoxon p beside the t-test's;
 - ``as_much``: ours matches each of ``against``, the only kind that can say "matches" or "as much as",
   and only against the ``margin`` declared with the claim: "yes" (equivalent) where the 95% interval of
   the paired difference lies inside +-``margin`` (in the endpoint's units, edges included), else "no",
@@ -126,7 +130,8 @@ class Claim:
     results: List[str] = field(default_factory=list)
     select: Dict[str, List[str]] = field(default_factory=dict)   # keep runs whose param KEY is one of these
     endpoint: str = "final_average"
-    margin: float = math.nan                    # as_much: the largest difference that counts as "as much"
+    margin: float = math.nan                    # as_much: the largest difference that counts as "as much";
+                                                # more: the declared equivalence margin (optional)
     untestable: str = ""                        # why not (kind untestable)
     seeds: int = 0                              # the declared pairs (runs, for fails_to_learn) per comparison
     note: str = ""                              # a sentence beside the verdict (e.g. the scale difference)
@@ -555,11 +560,25 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
             else:
                 cmp.answer = ("yes" if better else "opposite") if significant else "no difference detected"
         word = cmp.answer
-        if cmp.answer == "yes":
+        if cmp.answer == "no difference detected" and claim.margin > 0:
+            # a declared equivalence margin: the two one-sided tests at the family's share of 5% (Bonferroni,
+            # as an "as much" interval is read) say whether the absence of a difference is shown
+            tost = equivalence_p(*cmp.values, claim.margin)
+            level = 0.05 / max(family_size, 1)
+            if tost < level:
+                cmp.answer = "equivalent"
+                word = (f"equivalent within +-{claim.margin:g} (two one-sided tests p {tost:.2g} < "
+                        f"{level:.2g})")
+            else:
+                word += _detectable(cmp, family_size) + (
+                    f"; equivalence within +-{claim.margin:g} not shown (two one-sided tests p {tost:.2g}, "
+                    f"needs < {level:.2g})")
+        elif cmp.answer == "yes":
             word += _stopped_words(claim, cmp)
         elif cmp.answer == "no difference detected":
             word += _detectable(cmp, family_size)
-        cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], Holm p {p_holm:.2g}, "
+        rank = "" if math.isnan(c.p_wilcoxon) else f", Wilcoxon p {c.p_wilcoxon:.2g} unadjusted"
+        cmp.cell = (f"vs {name}: {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}], Holm p {p_holm:.2g}{rank}, "
                     f"{n} pairs ({cmp.note}): {word}")
         return
     # as_much
@@ -605,7 +624,7 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
                 f"+-{claim.margin:g}), {n} pairs ({cmp.note}{skill}): {said}")
 
 
-READ = ("yes", "no", "no difference detected", "opposite")
+READ = ("yes", "no", "no difference detected", "opposite", "equivalent")
 NOT_READ = ("neither learned", "reference did not learn", "reference does not recall here",
             "reference's skill not measured here", "against a non-learner", "ours did not learn", "both at the floor")
 REFERENCE_NOT_READ = NOT_READ[1:4]           # an "as much" whose reference cannot do the task there
@@ -666,6 +685,20 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
         aside_words = f"; won by a memory that stopped learning ({_short_name(claim.ours)}: {k_stop}/{n_stop} seeds, from exp {at})"
     else:
         aside_words = ""
+    if claim.kind == "more" and claim.margin > 0:
+        # a claim with a declared equivalence margin reads each comparison as a difference, an equivalence,
+        # or neither shown: the last is a test whose power fell short, which decides nothing
+        short = sum(a == "no difference detected" for a in read)
+        same = sum(a == "equivalent" for a in read)
+        if short:
+            return (f"not decided: neither a difference nor equivalence within +-{claim.margin:g} shown in {short} of "
+                    f"{n} comparisons (power fell short)" + (f"; {len(aside)} not read ({reasons})" if aside else ""))
+        if same and not k:
+            return (f"not reproduced: equivalent within +-{claim.margin:g} in {same} of {n} comparisons"
+                    + (f"; {len(aside)} not read ({reasons})" if aside else ""))
+        if same:
+            return (f"partly ({k} of {n}){aside_words}; equivalent within +-{claim.margin:g} in {same}"
+                    + (f"; {len(aside)} not read ({reasons})" if aside else ""))
     unseen = [c.detectable for c in comparisons if c.answer == "no difference detected" and not math.isnan(c.detectable)]
     if not k and unseen and all(a in ("no difference detected",) + NOT_READ + NOT_MADE for a in answers):
         # nothing went either way: say what the test could not have seen, not only that the claim failed

@@ -834,3 +834,26 @@ def test_the_readme_findings_table_is_the_generated_one():
     table = claims.findings_table(root, unfinished=lambda name: report.unfinished_sweeps(claims.awaited_study(name), root),
                                   state=report._claim_state(root))
     assert claims.replace_findings(text, table) == text
+
+
+def test_a_more_claim_with_a_declared_margin_reads_difference_equivalence_or_not_decided(tmp_path):
+    from experiments.intervals import equivalence_p
+
+    runs = [_run("ovq", s, 0.60 + 0.01 * s) for s in range(10)]
+    runs += [_run("delta", s, 0.60 + 0.01 * s + 0.004 * (-1) ** s) for s in range(10)]      # within +-0.05
+    runs += [_run("ssm", s, 0.60 + 0.01 * s + 0.08 * (-1) ** s) for s in range(10)]         # too spread to say
+    runs += [_run("vq", s, 0.30 + 0.01 * s + 0.004 * (-1) ** s) for s in range(10)]         # a difference
+    root = _write(tmp_path, "m.json", runs)
+    same = evaluate(Claim("c", "t", against=["delta"], results=["results/m.json"], seeds=10, margin=0.05), root)
+    p = equivalence_p([0.60 + 0.01 * s for s in range(10)], [0.60 + 0.01 * s + 0.004 * (-1) ** s for s in range(10)], 0.05)
+    assert same.answers == ["equivalent"] and f"equivalent within +-0.05 (two one-sided tests p {p:.2g} < 0.05)" in same.cells[0]
+    assert same.verdict == "not reproduced: equivalent within +-0.05 in 1 of 1 comparisons"
+    assert "Wilcoxon p " in same.cells[0]                                                    # the rank test beside the t-test
+    short = evaluate(Claim("c", "t", against=["delta", "ssm", "vq"], results=["results/m.json"], seeds=10, margin=0.05), root)
+    assert short.answers == ["equivalent", "no difference detected", "yes"]
+    assert "equivalence within +-0.05 not shown (two one-sided tests p " in short.cells[1]
+    assert "(0.017 at Holm's first step" not in short.cells[0] and "< 0.017)" in short.cells[0]   # 5% / 3 in a family of three
+    assert short.verdict == "not decided: neither a difference nor equivalence within +-0.05 shown in 1 of 3 comparisons (power fell short)"
+    # without a declared margin the same runs never read "equivalent"
+    plain = evaluate(Claim("c", "t", against=["delta"], results=["results/m.json"], seeds=10), root)
+    assert plain.answers == ["no difference detected"] and plain.verdict.startswith("not reproduced: no difference detected")
