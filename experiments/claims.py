@@ -224,7 +224,10 @@ def _check_endpoint(what: str, endpoint) -> None:
         raise ValueError(f"{what}: capacity@N needs a whole number of facts, got {endpoint!r}")
 
 
-def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
+def claim_records(claim: Claim, root: str) -> List[tuple]:
+    """(file, its JSON record, the record) of every run a claim reads: its ``results`` files in order (a
+    missing file is skipped), kept by its ``select``. A record's place in the claim's lists says which of
+    two records of one replicate is later, where the record has no finishing time."""
     out = []
     order = 0
     for rel in claim.results:
@@ -235,13 +238,15 @@ def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
             for d in json.load(fh):
                 r = compare.record_from_json(d)
                 order += 1
-                if not r.finished_at:           # a record's place in the claim's lists (files in order) says which is later
+                if not r.finished_at:
                     r.finished_at = float(order)
                 if all(str(r.params.get(k)) in [str(v) for v in vs] for k, vs in claim.select.items()):
-                    out.append(r)
+                    out.append((rel, d, r))
     return out
 
 
+def _records(claim: Claim, root: str) -> List[compare.RunRecord]:
+    return [r for _, _, r in claim_records(claim, root)]
 
 
 def _value(r: compare.RunRecord, endpoint: str, current: bool = True) -> float:

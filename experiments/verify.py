@@ -137,17 +137,9 @@ def _claim_targets(specs: Sequence[StudySpec], root: str) -> List[_Target]:
     for claim in claims:
         if not claim.results:
             continue
-        records, files = [], {}
-        for rel in claim.results:
-            path = os.path.join(root, rel)
-            if not os.path.exists(path):
-                continue
-            with open(path) as fh:
-                for d in json.load(fh):
-                    r = compare.record_from_json(d)
-                    if all(str(r.params.get(k)) in [str(v) for v in vs] for k, vs in claim.select.items()):
-                        records.append(r)
-                        files[id(r)] = (rel, d)
+        found = claims_module.claim_records(claim, root)
+        records = [r for _, _, r in found]
+        files = {id(r): (rel, d) for rel, d, r in found}
         for runs in compare.group_records(records).values():
             rel, d = files[id(_lowest_seed(runs))]
             spec = _spec_of_file(rel, specs)
