@@ -256,7 +256,11 @@ def equivalence_power(sd: float, n: int, margin: float, alpha: float = 0.05, tru
 
     # the acceptance region is empty past q_max: integrate up to there only
     q_max = df * (margin * root_n / (t_crit * sd)) ** 2
-    value, _ = integrate.quad(lambda q: given(q) * _stats.chi2.pdf(q, df), 0.0, q_max, limit=200)
+    # and over the chi-square's mass alone (past 1e-12 in each tail): quad would miss a narrow peak far out
+    lo, hi = _stats.chi2.ppf(1e-12, df), min(q_max, _stats.chi2.ppf(1 - 1e-12, df))
+    if hi <= lo:
+        return 0.0
+    value, _ = integrate.quad(lambda q: given(q) * _stats.chi2.pdf(q, df), lo, hi, limit=200)
     return min(1.0, max(0.0, float(value)))
 
 
@@ -265,7 +269,16 @@ def equivalence_seeds(sd: float, margin: float, alpha: float = 0.05, power: floa
     """The fewest pairs that give two one-sided tests at ``alpha`` the ``power`` to show equivalence within
     +-``margin`` (:func:`equivalence_power`), when the true difference is ``true_difference`` and the paired
     differences have standard deviation ``sd``; ``most`` + 1 where even ``most`` pairs fall short."""
-    for n in range(2, most + 1):
-        if equivalence_power(sd, n, margin, alpha, true_difference) >= power:
-            return n
-    return most + 1
+    def enough(n: int) -> bool:
+        return equivalence_power(sd, n, margin, alpha, true_difference) >= power
+
+    if not enough(most):
+        return most + 1
+    low, high = 1, most                # power grows with n: bisect for the fewest that reach it
+    while high - low > 1:
+        mid = (low + high) // 2
+        if enough(mid):
+            high = mid
+        else:
+            low = mid
+    return high

@@ -7,7 +7,7 @@ from scipy import stats
 from experiments.intervals import detectable_difference, equivalence_p, equivalence_power, equivalence_seeds
 
 
-def _simulated_tost_power(sd, n, margin, true_difference, alpha=0.05, trials=20000, seed=0):
+def _simulated_tost_power(sd, n, margin, true_difference, alpha=0.05, trials=10000, seed=0):
     """Share of simulated paired samples (normal differences) where both one-sided t-tests reject."""
     d = np.random.default_rng(seed).normal(true_difference, sd, size=(trials, n))
     mean, se = d.mean(axis=1), d.std(axis=1, ddof=1) / np.sqrt(n)
@@ -19,7 +19,7 @@ def _simulated_tost_power(sd, n, margin, true_difference, alpha=0.05, trials=200
                                                             (0.125, 20, 0.1, 0.03), (0.1, 6, 0.05, 0.0)])
 def test_equivalence_power_agrees_with_simulation(sd, n, margin, true_difference):
     assert equivalence_power(sd, n, margin, true_difference=true_difference) == pytest.approx(
-        _simulated_tost_power(sd, n, margin, true_difference), abs=0.015)
+        _simulated_tost_power(sd, n, margin, true_difference), abs=0.02)
 
 
 def test_equivalence_seeds_is_the_fewest_that_reach_the_power():
