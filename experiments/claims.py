@@ -857,18 +857,21 @@ def _table_cell(text: str) -> str:
 
 
 def claims_section(root: str, path: str = CLAIMS_FILE,
-                   unfinished: Optional[Callable[[str], List[str]]] = None) -> str:
+                   unfinished: Optional[Callable[[str], List[str]]] = None,
+                   state: Optional[Callable[[Claim], str]] = None) -> str:
     """The claims table for RESULTS.md (its preamble, one row per claim, each verdict with its evidence
-    class: confirmatory, declared before its runs with 10+ seeds, or exploratory, with its seeds)."""
+    class: confirmatory, declared before its runs with 10+ seeds, or exploratory, with its seeds; and the rerun
+    check of its configurations, ``state(claim)``, "not checked" without one)."""
     preamble, claims = load_claims(path)
     lines = ["## The paper's claims, tested here", "", preamble.strip(), "",
-             "| the paper's claim | our test | our result (ours - theirs, 95% CI) | verdict | evidence |",
-             "|---|---|---|---|---|"]
+             "| the paper's claim | our test | our result (ours - theirs, 95% CI) | verdict | evidence | rerun check |",
+             "|---|---|---|---|---|---|"]
     for claim, result in zip(claims, evaluate_claims(claims, root, unfinished)):
         body = "; ".join(result.cells) or "-"
         verdict = f"**{result.verdict}**" + (f". {claim.note}" if claim.note else "")
+        check = state(claim) if state else "not checked"
         lines.append("| " + " | ".join(_table_cell(text) for text in (claim.claim, claim.test, body, verdict,
-                                                                        claim.evidence or "-")) + " |")
+                                                                        claim.evidence or "-", check)) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -1345,7 +1345,8 @@ def write_report(path: Optional[str] = None, root: Optional[str] = None, only: O
     shown = specs if only is None else [load_study(only)]
     base = root or PROJECT_DIR
     # a claims row that awaits a declared study is "not decided" while any of that study's runs is still to come
-    text = (HEADER + "\n" + claims_section(base, unfinished=lambda name: unfinished_sweeps(awaited_study(name), base))
+    text = (HEADER + "\n" + claims_section(base, unfinished=lambda name: unfinished_sweeps(awaited_study(name), base),
+                                           state=_claim_state(base))
             + "\n" + verdict_section(specs, root) + "\n"
             + "\n".join(section(s, root) for s in shown))
     with open(path, "w") as fh:

@@ -205,15 +205,15 @@ def test_bad_endpoints_get_one_line(tmp_path):
     _refused(bad, "claims:\n  - {claim: x, test: y, against: [vq], results: [r.json], endpoint: 'position@'}\n", "needs a domain")
 
 
-def test_every_row_of_the_table_has_five_cells_even_with_a_pattern_separator(root):
+def test_every_row_of_the_table_has_six_cells_even_with_a_pattern_separator(root):
     import re
     (Path(root) / "claims.yaml").write_text(
         "preamble: p\nclaims:\n  - claim: c\n    test: t\n    seeds: 2\n    ours: 'ovq | seed=0'\n"
         "    results: [results/a.json]\n    against: ['ssm | seed=0']\n")
     rows = [line for line in claims.claims_section(root, str(Path(root) / "claims.yaml")).splitlines()
             if line.startswith("| c ")]
-    assert len(rows) == 1 and len(re.split(r"(?<!\\)\|", rows[0])) == 7 and "ssm \\| seed=0" in rows[0]
-    assert rows[0].endswith("| exploratory, 2 seeds |")            # the evidence class, with its seeds
+    assert len(rows) == 1 and len(re.split(r"(?<!\\)\|", rows[0])) == 8 and "ssm \\| seed=0" in rows[0]
+    assert rows[0].endswith("| exploratory, 2 seeds | not checked |")   # the evidence class, with its seeds
 
 
 def test_fails_to_learn_means_learned_nothing_not_failed_the_gate(tmp_path):
@@ -857,3 +857,23 @@ def test_a_more_claim_with_a_declared_margin_reads_difference_equivalence_or_not
     # without a declared margin the same runs never read "equivalent"
     plain = evaluate(Claim("c", "t", against=["delta"], results=["results/m.json"], seeds=10), root)
     assert plain.answers == ["no difference detected"] and plain.verdict.startswith("not reproduced: no difference detected")
+
+
+def test_a_claims_row_shows_the_rerun_check_of_its_configurations(root, monkeypatch):
+    """The claims table and README's findings table read results/verification.json per configuration."""
+    from experiments import report
+    from experiments.rerun_check import configuration_label
+
+    runs = json.loads((Path(root) / "results" / "a.json").read_text())
+    ovq, ssm = (next(r for r in runs if r["label"] == f"{m}-s0") for m in ("ovq", "ssm"))
+    entries = {configuration_label(ovq): {"status": "verified"},
+               configuration_label(ssm): {"status": "unverified", "reason": "no code version recorded"}}
+    (Path(root) / "results" / "verification.json").write_text(json.dumps({"results/a.json": entries}))
+    state = report._claim_state(root)
+    claim = Claim("c", "t", against=["ssm"], results=["results/a.json"], seeds=6)
+    assert state(claim).startswith("unverified: 1 of 2")
+    entries[configuration_label(ssm)] = {"status": "verified"}
+    (Path(root) / "results" / "verification.json").write_text(json.dumps({"results/a.json": entries}))
+    assert report._claim_state(root)(claim) == "verified (2 of 2 configurations rerun bit for bit)"
+    assert report._claim_state(root)(replace(claim, against=["vq"])).startswith("unverified: 1 of 2 (not checked")
+    assert report._claim_state(root)(Claim("c", "t", kind="untestable", untestable="x")) == "-"
