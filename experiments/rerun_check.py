@@ -116,8 +116,8 @@ def _short(entry: dict) -> str:
 
 def row_state(entries: Sequence[Optional[dict]]) -> str:
     """A table cell from the entries of the configurations behind one row (None for a configuration with
-    no entry): ``verified (2 of 2 configurations rerun bit for bit)``, ``unverified: 1 of 2 (no code
-    version recorded)`` (the reasons of the unverified ones; ``not checked`` for one without an entry),
+    no entry): ``verified (2 of 2 configurations rerun bit for bit)``, ``unverified: 1 of 2: no code
+    version recorded`` (the reasons of the unverified ones; ``not checked`` for one without an entry),
     ``DIFFERS`` where any differs, ``not checked`` where none has an entry."""
     entries = list(entries)
     if not entries or all(e is None for e in entries):
@@ -129,7 +129,7 @@ def row_state(entries: Sequence[Optional[dict]]) -> str:
     if not unverified:
         return f"verified ({n} of {n} configuration{'s' if n > 1 else ''} rerun bit for bit)"
     reasons = list(dict.fromkeys("not checked" if e is None else _short(e) for e in unverified))
-    return f"unverified: {len(unverified)} of {n} ({'; '.join(reasons)})"
+    return f"unverified: {len(unverified)} of {n}: {'; '.join(reasons)}"
 
 
 def state_of(verification: Dict[str, Dict[str, dict]], keys: Iterable[Tuple[str, str]]) -> str:

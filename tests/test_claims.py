@@ -875,5 +875,5 @@ def test_a_claims_row_shows_the_rerun_check_of_its_configurations(root, monkeypa
     entries[configuration_label(ssm)] = {"status": "verified"}
     (Path(root) / "results" / "verification.json").write_text(json.dumps({"results/a.json": entries}))
     assert report._claim_state(root)(claim) == "verified (2 of 2 configurations rerun bit for bit)"
-    assert report._claim_state(root)(replace(claim, against=["vq"])).startswith("unverified: 1 of 2 (not checked")
+    assert report._claim_state(root)(replace(claim, against=["vq"])).startswith("unverified: 1 of 2: not checked")
     assert report._claim_state(root)(Claim("c", "t", kind="untestable", untestable="x")) == "-"

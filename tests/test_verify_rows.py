@@ -119,8 +119,8 @@ def test_verify_passes_over_unverified_rows_and_fails_only_on_todays_code(tmp_pa
     assert kept[configuration_label(ovq)]["reason"] == verify.NOT_EXPRESSIBLE
     assert kept[configuration_label(ovq)]["rerun"] is False
     assert kept[ovq_label]["status"] == "verified"          # seed 1's configuration, checked before: still there
-    cell = ("| unverified: 2 of 2 (configuration no longer expressible by its study's commands; "
-            "no code version recorded) |")
+    cell = ("| unverified: 2 of 2: configuration no longer expressible by its study's commands; "
+            "no code version recorded |")
     assert cell in report.verdict_table(study_specs.all_studies())
 
     # a record made by today's code, moved by one part in ten million: DIFFERS, the check fails
@@ -171,7 +171,7 @@ def test_claims_configurations_are_checked_once_cheapest_first(tmp_path, monkeyp
     entry = verify.configuration_entry(kept, ["Toy"], runs)
     assert entry["reason"] == verify.BEYOND_LIMIT
     assert row_state([entry, verify.configuration_entry(kept, ["Other"], runs)]) == \
-        "unverified: 2 of 2 (not rerun (beyond --verify-limit); not checked)"
+        "unverified: 2 of 2: not rerun (beyond --verify-limit); not checked"
 
 
 def test_row_state_known_answers():
@@ -182,12 +182,12 @@ def test_row_state_known_answers():
     differs = {"status": "DIFFERS", "reason": "", "detail": "largest difference 1e-07"}
     assert row_state([verified, verified]) == "verified (2 of 2 configurations rerun bit for bit)"
     assert row_state([verified]) == "verified (1 of 1 configuration rerun bit for bit)"
-    assert row_state([verified, old]) == "unverified: 1 of 2 (no code version recorded)"
-    assert row_state([other, old]) == "unverified: 2 of 2 (made by code-abc; no code version recorded)"
-    assert row_state([verified, None]) == "unverified: 1 of 2 (not checked)"
+    assert row_state([verified, old]) == "unverified: 1 of 2: no code version recorded"
+    assert row_state([other, old]) == "unverified: 2 of 2: made by code-abc; no code version recorded"
+    assert row_state([verified, None]) == "unverified: 1 of 2: not checked"
     assert row_state([differs, old]) == "DIFFERS" and row_state([verified, differs]) == "DIFFERS"
     assert row_state([]) == "not checked" and row_state([None, None]) == "not checked"
     # by (study title, configuration label) pairs
     kept = {"S": {"a #1": verified, "b #2": old}}
-    assert verify.state_of(kept, [("S", "a #1"), ("S", "b #2")]) == "unverified: 1 of 2 (no code version recorded)"
-    assert verify.state_of(kept, [("S", "a #1"), ("T", "a #1")]) == "unverified: 1 of 2 (not checked)"
+    assert verify.state_of(kept, [("S", "a #1"), ("S", "b #2")]) == "unverified: 1 of 2: no code version recorded"
+    assert verify.state_of(kept, [("S", "a #1"), ("T", "a #1")]) == "unverified: 1 of 2: not checked"
