@@ -421,10 +421,12 @@ def _detectable(cmp: _Comparison, family_size: int) -> str:
     if len(d) < 2:
         return ""
     sd, n = statistics.stdev(d), len(d)
-    cmp.detectable = detectable_difference(sd, n)
-    text = f"80% power to detect {cmp.detectable:.3f} at 5%"
+    at_five = detectable_difference(sd, n)
+    # the word is read at the Holm p: the verdict quotes the effect at Holm's first step, the stricter bar
+    cmp.detectable = detectable_difference(sd, n, alpha=0.05 / max(family_size, 1))
+    text = f"80% power to detect {at_five:.3f} at 5%"
     if family_size > 1:
-        text += f", {detectable_difference(sd, n, alpha=0.05 / family_size):.3f} at Holm's first step (5%/{family_size})"
+        text += f", {cmp.detectable:.3f} at Holm's first step (5%/{family_size})"
     return f" ({text}; paired SD {sd:.3f})"
 
 
@@ -557,8 +559,9 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
             better = c.mean_difference > 0 if higher else c.mean_difference < 0
             significant = p_holm < 0.05
             if not theirs_learned:
-                # a win over a memory that did not learn the task is no evidence that ours keeps more
-                cmp.answer = "against a non-learner"
+                # a lead over a memory that did not learn the task is no evidence that ours keeps more; a
+                # significant loss to it is still a loss
+                cmp.answer = "opposite" if significant and not better else "against a non-learner"
             elif not ours_learned:
                 # ours did not learn the task: a lead of ours is not credited; a loss still counts against it
                 cmp.answer = "opposite" if significant and not better else "ours did not learn"
@@ -695,6 +698,14 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
         # or neither shown: the last is a test whose power fell short, which decides nothing
         short = sum(a == "no difference detected" for a in read)
         same = sum(a == "equivalent" for a in read)
+        lost = sum(a == "opposite" for a in read)
+        if lost:
+            # a significant loss is said before anything power could not decide
+            parts = [f"ours holds less in {lost}"] + ([f"holds more in {k}"] if k else []) + (
+                [f"equivalent within +-{claim.margin:g} in {same}"] if same else []) + (
+                [f"neither shown in {short} (power fell short)"] if short else [])
+            return (f"not reproduced: {', '.join(parts)} of {n} comparisons"
+                    + (f"; {len(aside)} not read ({reasons})" if aside else ""))
         if short:
             return (f"not decided: neither a difference nor equivalence within +-{claim.margin:g} shown in {short} of "
                     f"{n} comparisons (power fell short)" + (f"; {len(aside)} not read ({reasons})" if aside else ""))
@@ -707,9 +718,11 @@ def _verdict(claim: Claim, comparisons: List[_Comparison]) -> str:
     unseen = [c.detectable for c in comparisons if c.answer == "no difference detected" and not math.isnan(c.detectable)]
     if not k and unseen and all(a in ("no difference detected",) + NOT_READ + NOT_MADE for a in answers):
         # nothing went either way: say what the test could not have seen, not only that the claim failed
-        span = f"{min(unseen):.2f}" + (f"-{max(unseen):.2f}" if max(unseen) - min(unseen) >= 0.005 else "")
-        shown = ("not reproduced: no difference detected (differences below about " + span
-                 + " would be missed even at 80% power; nor is equivalence shown)")
+        low, high = f"{min(unseen):.2f}", f"{max(unseen):.2f}"
+        span = low if low == high else f"{low}-{high}"
+        shown = ("not reproduced: no difference detected (a difference of about " + span
+                 + " would have been found with 80% power at the family's level; smaller ones may have been "
+                 "missed; equivalence not shown)")
         return shown if not aside else f"{shown}; {len(aside)} of {n} comparisons not read ({reasons})"
     if not aside:
         return ("reproduced" if k == n else (f"partly ({k} of {n})" if k else "not reproduced")) + aside_words

@@ -1040,6 +1040,8 @@ class VerdictRow:
     final_means: Tuple[float, float] = (math.nan, math.nan)   # OVQ's, the other's mean final average over the
                                         # pairs of ``primary`` (what each held, beside their difference)
     primary_sd: float = math.nan        # the standard deviation of the primary's paired differences
+    learned_primary: Tuple[int, int] = (-1, -1)   # OVQ's, the other's runs that passed their gates (learned is
+                                        # True), of the primary's pairs; -1: not counted (rows made by hand)
 
     @property
     def pending(self) -> bool:
@@ -1069,12 +1071,16 @@ class VerdictRow:
         if self._moved(p, self.p_primary_low):
             return "pending (tests of its declared family still to come could move its Holm p)"
         few = "" if c.n >= 5 else f" ({c.n} seeds, fewer than 5)"
-        ovq_learned, other_learned = (2 * k > c.n for k in self.learned_by)
+        # who learned, over the primary's own pairs (runs whose gates passed: learned is True)
+        counts = self.learned_primary if min(self.learned_primary) >= 0 else self.learned_by
+        ovq_learned, other_learned = (2 * k > c.n for k in counts)
+        if not (ovq_learned or other_learned):   # two memories that did not learn: their difference is not read
+            return f"neither learned ({counts[0]}/{c.n} and {counts[1]}/{c.n})" + few
         if p < 0.05 and self._better(c.mean_difference):
             if not other_learned:        # a lead over a memory that did not learn the task is not a win
-                return f"OVQ holds more, against a non-learner ({self.learned_by[1]}/{c.n} learned)" + few
+                return f"OVQ holds more, against a non-learner ({counts[1]}/{c.n} learned)" + few
             if not ovq_learned:
-                return f"OVQ holds more, but did not learn ({self.learned_by[0]}/{c.n} learned)" + few
+                return f"OVQ holds more, but did not learn ({counts[0]}/{c.n} learned)" + few
             stopped = self.stopped[0]
             # a memory that holds more because it stopped taking new facts is named as one
             named = "" if not stopped or stopped.startswith(("0/", "unmeasured")) else f"; stopped learning {stopped}"
@@ -1083,7 +1089,8 @@ class VerdictRow:
             return "**OVQ holds less**" + few
         # what the test could have seen: 80% power at 5% for the observed spread of the differences
         could = detectable_difference(self.primary_sd, c.n)
-        return "no difference detected" + few + ("" if math.isnan(could) else f" (80% power for {could:.2f})")
+        return "no difference detected" + few + (
+            "" if math.isnan(could) else f" (a difference of {could:.2f} found with 80% power at 5%, before Holm)")
 
     @property
     def verdict(self) -> str:
@@ -1115,6 +1122,13 @@ class VerdictRow:
 #: the verdict where the pairs exist but the t-test is not made: every pair differs by the same amount
 #: (zero variance; ``intervals.paired_comparison``), which the test would call certain
 NO_T_TEST = "no t-test (every pair differs by the same amount)"
+
+
+def _learned_of_measured(pairs, value: Callable) -> Tuple[int, int]:
+    """(OVQ's, the other's) runs that passed their gates (learned is True) among the pairs (other, OVQ)
+    where both measured the endpoint (``value`` finite): the pairs the primary comparison is made on."""
+    kept = [(a, b) for a, b in pairs if all(v is not None and math.isfinite(v) for v in (value(a), value(b)))]
+    return sum(b.learned is True for _, b in kept), sum(a.learned is True for a, _ in kept)
 
 
 def _difference_sd(a: Sequence[float], b: Sequence[float]) -> float:
@@ -1178,6 +1192,7 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
                                                        [col(a, "final_average") for a, _ in pairs]),
                                primary_sd=_difference_sd([col(b, "final_average") for _, b in pairs],
                                                          [col(a, "final_average") for a, _ in pairs]),
+                               learned_primary=_learned_of_measured(pairs, lambda r: col(r, "final_average")),
                                shared_bytes=(_mean_shared(groups[base_key]), _mean_shared(groups[key])),
                                learned_buffers=(groups[base_key][0].learned_buffers, groups[key][0].learned_buffers),
                                stopped=(stopped_summary([b for _, b in pairs]), stopped_summary([a for a, _ in pairs])),

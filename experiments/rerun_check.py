@@ -104,9 +104,23 @@ def configuration_entry(verification: Dict[str, Dict[str, dict]], studies: Union
     for label in dict.fromkeys(configuration_label(r) for r in ordered):
         for study in studies:
             entry = lookup(verification, study, label)
-            if entry is not None:
+            if entry is not None and _rerun_of_these(entry, runs):
                 return entry
     return None
+
+
+def _field(run, name: str):
+    return run.get(name) if isinstance(run, dict) else getattr(run, name, None)
+
+
+def _rerun_of_these(entry: dict, runs: Sequence) -> bool:
+    """Whether ``entry`` checked one of ``runs`` itself: the same run identity (``config_id``) where the
+    entry and the runs have one, else the same code version. A configuration's label leaves the code out,
+    so an entry of another code version's record (or of a record since replaced) says nothing of these."""
+    ids = {_field(r, "config_id") for r in runs} - {None}
+    if entry.get("config_id") and ids:
+        return entry["config_id"] in ids
+    return entry.get("code_version") in {_field(r, "code_version") for r in runs}
 
 
 def _short(entry: dict) -> str:
@@ -116,7 +130,7 @@ def _short(entry: dict) -> str:
 
 def row_state(entries: Sequence[Optional[dict]]) -> str:
     """A table cell from the entries of the configurations behind one row (None for a configuration with
-    no entry): ``verified (2 of 2 configurations rerun bit for bit)``, ``unverified: 1 of 2: no code
+    no entry): ``verified (2 of 2 configurations: one seed each rerun bit for bit)``, ``unverified: 1 of 2: no code
     version recorded`` (the reasons of the unverified ones; ``not checked`` for one without an entry),
     ``DIFFERS`` where any differs, ``not checked`` where none has an entry."""
     entries = list(entries)
@@ -127,7 +141,7 @@ def row_state(entries: Sequence[Optional[dict]]) -> str:
     n = len(entries)
     unverified = [e for e in entries if e is None or e.get("status") != VERIFIED]
     if not unverified:
-        return f"verified ({n} of {n} configuration{'s' if n > 1 else ''} rerun bit for bit)"
+        return f"verified ({n} of {n} configuration{'s' if n > 1 else ''}: one seed each rerun bit for bit)"
     reasons = list(dict.fromkeys("not checked" if e is None else _short(e) for e in unverified))
     return f"unverified: {len(unverified)} of {n}: {'; '.join(reasons)}"
 

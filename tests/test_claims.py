@@ -676,7 +676,7 @@ def test_a_comparison_short_of_its_pairs_reads_no_word_nor_one_its_family_could_
     (tmp_path / "done").mkdir()
     done = evaluate(claim, _write(tmp_path / "done", "p.json", runs + vq))
     assert done.answers == ["no difference detected", "no difference detected"] and "Holm p 0.073" in done.cells[0]
-    assert done.verdict.startswith("not reproduced: no difference detected (differences below about ")
+    assert done.verdict.startswith("not reproduced: no difference detected (a difference of about ")
 
 
 def test_a_complete_comparison_waits_for_an_unshown_test_of_its_family_still_to_come(tmp_path):
@@ -760,9 +760,9 @@ def test_no_difference_says_the_smallest_effect_the_test_could_detect(root):
     # known answers of the power computation: n = 10 pairs at SD 0.1 detects about 0.0996; more seeds, less
     assert detectable_difference(0.1, 10) == pytest.approx(0.0996, abs=2e-4)
     # a verdict of no detected differences says what they could not have seen, not only "not reproduced"
-    assert result.verdict == (f"not reproduced: no difference detected (differences below about "
-                              f"{detectable_difference(sd, 6):.2f} would be missed even at 80% power; nor is "
-                              "equivalence shown)")
+    assert result.verdict == (f"not reproduced: no difference detected (a difference of about "
+                              f"{detectable_difference(sd, 6):.2f} would have been found with 80% power at the family's "
+                              "level; smaller ones may have been missed; equivalence not shown)")
     assert detectable_difference(0.1, 40) < detectable_difference(0.1, 10) < detectable_difference(0.1, 5)
 
 
@@ -799,6 +799,8 @@ def test_a_row_that_awaits_a_declared_study_is_not_decided_until_its_runs_are_in
 
 
 def test_evidence_class_is_declared_and_checked(tmp_path):
+    import re
+
     assert Claim("c", "t", seeds=10, confirmatory=True).evidence == "confirmatory, 10 seeds"
     assert Claim("c", "t", seeds=5).evidence == "exploratory, 5 seeds"
     bad = tmp_path / "c.yaml"
@@ -807,8 +809,8 @@ def test_evidence_class_is_declared_and_checked(tmp_path):
     _refused(bad, "claims:\n  - {claim: x, test: y, seeds: 5, awaits: no_such_study, against: [vq], results: [r.json]}\n",
              "awaits study 'no_such_study' not found")
     _, shipped = claims.load_claims()
-    # every shipped row that reads 5 seeds is exploratory; the confirmatory ones have 10
-    assert all(c.seeds >= 10 for c in shipped if c.confirmatory)
+    # the shipped rows of the declared confirmatory studies (13, 14, 16, 23, 26, 32) are marked so
+    assert {re.findall(r"section (\d+)", c.test)[-1] for c in shipped if c.confirmatory} == {"13", "14", "16", "23", "26", "32"}
 
 
 def test_the_findings_table_reads_the_claims_rows_with_a_headline_and_goes_between_its_markers(root):
@@ -852,7 +854,8 @@ def test_a_more_claim_with_a_declared_margin_reads_difference_equivalence_or_not
     short = evaluate(Claim("c", "t", against=["delta", "ssm", "vq"], results=["results/m.json"], seeds=10, margin=0.05), root)
     assert short.answers == ["equivalent", "no difference detected", "yes"]
     assert "equivalence within +-0.05 not shown (two one-sided tests p " in short.cells[1]
-    assert "(0.017 at Holm's first step" not in short.cells[0] and "< 0.017)" in short.cells[0]   # 5% / 3 in a family of three
+    assert "< 0.017)" in short.cells[0]                      # 5% / 3 in a family of three
+    assert "at Holm's first step (5%/3)" in short.cells[1]      # what the undecided one could have seen
     assert short.verdict == "not decided: neither a difference nor equivalence within +-0.05 shown in 1 of 3 comparisons (power fell short)"
     # without a declared margin the same runs never read "equivalent"
     plain = evaluate(Claim("c", "t", against=["delta"], results=["results/m.json"], seeds=10), root)
@@ -866,14 +869,36 @@ def test_a_claims_row_shows_the_rerun_check_of_its_configurations(root, monkeypa
 
     runs = json.loads((Path(root) / "results" / "a.json").read_text())
     ovq, ssm = (next(r for r in runs if r["label"] == f"{m}-s0") for m in ("ovq", "ssm"))
-    entries = {configuration_label(ovq): {"status": "verified"},
-               configuration_label(ssm): {"status": "unverified", "reason": "no code version recorded"}}
+    entries = {configuration_label(ovq): {"status": "verified", "code_version": "code-a"},
+               configuration_label(ssm): {"status": "unverified", "reason": "no code version recorded", "code_version": "code-a"}}
     (Path(root) / "results" / "verification.json").write_text(json.dumps({"results/a.json": entries}))
     state = report._claim_state(root)
     claim = Claim("c", "t", against=["ssm"], results=["results/a.json"], seeds=6)
     assert state(claim).startswith("unverified: 1 of 2")
-    entries[configuration_label(ssm)] = {"status": "verified"}
+    entries[configuration_label(ssm)] = {"status": "verified", "code_version": "code-a"}
     (Path(root) / "results" / "verification.json").write_text(json.dumps({"results/a.json": entries}))
-    assert report._claim_state(root)(claim) == "verified (2 of 2 configurations rerun bit for bit)"
+    assert report._claim_state(root)(claim) == "verified (2 of 2 configurations: one seed each rerun bit for bit)"
     assert report._claim_state(root)(replace(claim, against=["vq"])).startswith("unverified: 1 of 2: not checked")
     assert report._claim_state(root)(Claim("c", "t", kind="untestable", untestable="x")) == "-"
+    # an entry of another code version's record (the label leaves the code out) says nothing of these runs
+    entries[configuration_label(ssm)] = {"status": "verified", "code_version": "code-b"}
+    (Path(root) / "results" / "verification.json").write_text(json.dumps({"results/a.json": entries}))
+    assert report._claim_state(root)(claim) == "unverified: 1 of 2: not checked"
+
+
+def test_a_significant_loss_reads_as_one_whatever_the_other_side_learned_and_whatever_the_margin(tmp_path):
+    # ours learned; vq did not, yet holds more: a loss, not "against a non-learner"; and in a claim with
+    # an equivalence margin, the loss is said before what power could not decide (lower-is-better too)
+    runs = [_run("ovq", s, 0.30 + 0.01 * s) for s in range(5)] + [_run("vq", s, 0.62 + 0.01 * s + 0.002 * (-1) ** s,
+                                                                        learned=False) for s in range(5)]
+    runs += [_run("ssm", s, 0.30 + 0.01 * s + 0.08 * (-1) ** s) for s in range(5)]
+    root = _write(tmp_path, "loss.json", runs)
+    lost = evaluate(Claim("c", "t", against=["vq"], results=["results/loss.json"], seeds=5), root)
+    assert lost.answers == ["opposite"] and lost.verdict == "not reproduced"
+    both = evaluate(Claim("c", "t", against=["vq", "ssm"], results=["results/loss.json"], seeds=5, margin=0.1), root)
+    assert both.answers == ["opposite", "no difference detected"]
+    assert both.verdict == ("not reproduced: ours holds less in 1, neither shown in 1 (power fell short) of 2 comparisons")
+    mse = [_run("ovq", s, 0.9 + 0.01 * s, metric="mse") for s in range(5)] + [
+        _run("vq", s, 0.3 + 0.01 * s + 0.002 * (-1) ** s, metric="mse", learned=False) for s in range(5)]
+    worse = evaluate(Claim("c", "t", against=["vq"], results=["results/mse.json"], seeds=5), _write(tmp_path, "mse.json", mse))
+    assert worse.answers == ["opposite"]                      # higher MSE is worse: a loss

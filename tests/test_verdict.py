@@ -378,7 +378,11 @@ def test_words_follow_the_adjusted_p_the_direction_the_gates_and_the_pairs_measu
     flat = compare.VerdictRow("ssm", 10, 0, f, f, True, False, (1.0, 2.0), (1, 1), learned_by=(10, 10),
                               primary=paired_comparison([0.5 + 0.1 * (-1) ** s for s in range(10)], [0.5] * 10),
                               primary_sd=0.1)
-    assert flat.primary_verdict == "no difference detected (80% power for 0.10)"
+    assert flat.primary_verdict == "no difference detected (a difference of 0.10 found with 80% power at 5%, before Holm)"
+    assert _replace(bpb, learned_by=(3, 2)).primary_verdict == "neither learned (3/10 and 2/10)"
+    # a loss to a mixer that did not learn is still a loss
+    lost = _replace(bpb, primary=paired_comparison([2.1 + d for d in DIFFS], [2.0] * 10), learned_by=(10, 0))
+    assert lost.primary_verdict == "**OVQ holds less**"
     # one seed where the SSM did not learn: in the primary endpoint's pairs, not in forgetting's
     runs = ovq[:5] + [_final("ssm", s, 0.3, learned=(s != 0)) for s in range(5)]
     (tmp_path / "b").mkdir()
@@ -487,3 +491,23 @@ def test_a_param_a_run_does_not_list_is_named_by_its_absent_value_in_a_rows_labe
     zero = compare.record_from_json({**_final("ovq", 0, 0.5), "params": {**_final("ovq", 0, 0.5)["params"],
                                                                          "meta_train.retention_loss": "0.0"}})
     assert compare._describe(other, zero) == "linear"
+
+
+def test_the_verdict_words_count_who_learned_over_the_primarys_pairs_and_read_the_spread_of_the_data(tmp_path, monkeypatch):
+    """From records: the other side's gates count only where learned is True and the pair measured the
+    final average; "no difference detected" quotes the power at the data's own paired SD."""
+    from experiments.intervals import detectable_difference
+
+    ovq = [_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)]
+    ssm = [_final("ssm", s, 0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)]
+    for r in ssm[:6]:
+        r["learned"] = None                     # a gate never recorded is not a pass
+        r.pop("gate", None)
+        r.pop("stream_gate", None)
+    _spec_files(tmp_path, monkeypatch, {"a": (ovq + ssm, "F")})
+    (row,) = [e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row]
+    assert row.learned_primary == (10, 4)
+    sd = statistics.stdev([0.6 + d - (0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)])
+    assert row.primary_sd == pytest.approx(sd)
+    assert row.primary.p_t > 0.05 and row.primary_verdict == "no difference detected" + (
+        f" (a difference of {detectable_difference(sd, 10):.2f} found with 80% power at 5%, before Holm)")

@@ -92,7 +92,7 @@ def test_verify_passes_over_unverified_rows_and_fails_only_on_todays_code(tmp_pa
     assert entry["status"] == "verified" and entry["rerun"] and entry["seed"] == 0
     assert entry["code_version"] == linear["code_version"] == entry["rerun_code_version"]
     assert entry["rerun_wall_seconds"] > 0 and entry["date"] and entry["run"] == linear["label"]
-    assert "| verified (2 of 2 configurations rerun bit for bit) |" in report.verdict_table(study_specs.all_studies())
+    assert "| verified (2 of 2 configurations: one seed each rerun bit for bit) |" in report.verdict_table(study_specs.all_studies())
 
     # a check that reruns nothing keeps what the earlier one found: "not rerun" replaces no rerun entry
     before = (tmp_path / verify.VERIFICATION_FILE).read_text()
@@ -180,8 +180,8 @@ def test_row_state_known_answers():
     other = {"status": "unverified", "reason": "made by code-abc",
              "detail": "made by code-abc; today's code gives another R (largest difference 0.001); rerun ..."}
     differs = {"status": "DIFFERS", "reason": "", "detail": "largest difference 1e-07"}
-    assert row_state([verified, verified]) == "verified (2 of 2 configurations rerun bit for bit)"
-    assert row_state([verified]) == "verified (1 of 1 configuration rerun bit for bit)"
+    assert row_state([verified, verified]) == "verified (2 of 2 configurations: one seed each rerun bit for bit)"
+    assert row_state([verified]) == "verified (1 of 1 configuration: one seed each rerun bit for bit)"
     assert row_state([verified, old]) == "unverified: 1 of 2: no code version recorded"
     assert row_state([other, old]) == "unverified: 2 of 2: made by code-abc; no code version recorded"
     assert row_state([verified, None]) == "unverified: 1 of 2: not checked"
