@@ -76,6 +76,8 @@ class Verification:
     rerun_code_version: Optional[str] = None    # the code that reran it (None: not rerun)
     rerun_wall_seconds: Optional[float] = None
     rerun: bool = False                         # whether it was run again
+    repeated: bool = False                      # verified earlier by this very code: read from the file, not rerun
+    r_digest: Optional[str] = None              # a digest of the stored R it was checked against
 
     @property
     def ok(self) -> bool:
@@ -103,7 +105,7 @@ class Verification:
                 "reason": self.reason, "detail": self.detail, "run": self.run, "config_id": self.config_id,
                 "code_version": self.code_version, "rerun_code_version": self.rerun_code_version,
                 "rerun_wall_seconds": None if wall is None or math.isnan(wall) else round(wall, 2),
-                "rerun": self.rerun, "date": date}
+                "rerun": self.rerun, "date": date, "r_digest": self.r_digest}
 
 
 # ------------------------------------------------------------------------------ configurations
@@ -257,13 +259,20 @@ def verify(specs: Sequence[StudySpec], root: Optional[str] = None, only: str = "
     expanded: Dict[str, object] = {}
     out: List[Verification] = []
     reruns = 0
+    # a configuration this very code already reran bit for bit (its entry of the same record) is not rerun
+    # again: a second --verify with a limit extends the check to the next cheapest instead of repeating it
+    from experiments import report
+    from experiments.code_version import code_version
+
+    done = load_verification(root or report.PROJECT_DIR)
+    today = code_version()
     for t in targets(specs, root):
         d = t.record
         label = configuration_label(d)
         if only and only not in d["label"] and only not in label:
             continue
         v = Verification(t.study, label, d.get("seed"), UNVERIFIED, run=d["label"], config_id=d.get("config_id"),
-                         code_version=d.get("code_version"))
+                         code_version=d.get("code_version"), r_digest=_digest(d.get("R")))
         out.append(v)
         cfg = None
         if t.spec is None:
@@ -279,6 +288,11 @@ def verify(specs: Sequence[StudySpec], root: Optional[str] = None, only: str = "
             if cfg is None:
                 why = configs if isinstance(configs, str) else "no single config of them has this record's parameters"
                 v.reason, v.detail = NOT_EXPRESSIBLE, f"{NOT_EXPRESSIBLE} ({why})"
+            elif _verified_by(lookup(done, t.study, label), d, today):
+                earlier = lookup(done, t.study, label)
+                v.status, v.rerun, v.rerun_code_version, v.repeated = VERIFIED, True, today, True
+                v.rerun_wall_seconds = earlier.get("rerun_wall_seconds")
+                v.detail = f"rerun bit for bit by this code on {earlier.get('date')} (not repeated)"
             elif limit is not None and reruns >= limit:
                 v.reason = v.detail = BEYOND_LIMIT
             else:
@@ -288,6 +302,27 @@ def verify(specs: Sequence[StudySpec], root: Optional[str] = None, only: str = "
                 _judge(v, d, R, error)
         announce(v.line())
     return out
+
+
+def _digest(R) -> Optional[str]:
+    """A short digest of a stored result matrix (exact: its JSON, floats as repr writes them)."""
+    if R is None:
+        return None
+    import hashlib
+
+    return hashlib.sha256(json.dumps(R).encode()).hexdigest()[:16]
+
+
+def _verified_by(entry: Optional[dict], record: dict, version: str) -> bool:
+    """Whether ``entry`` says ``record`` (the same run identity, or code version where it has none, and the
+    same stored R) was rerun bit for bit by code ``version``."""
+    if not entry or entry.get("status") != VERIFIED or entry.get("rerun_code_version") != version:
+        return False
+    if entry.get("r_digest") is None or entry["r_digest"] != _digest(record.get("R")):
+        return False                 # checked against another stored R (or an older entry that kept none)
+    if entry.get("config_id") and record.get("config_id"):
+        return entry["config_id"] == record["config_id"]
+    return entry.get("code_version") == record.get("code_version")
 
 
 def summary(checks: Sequence[Verification]) -> str:
@@ -313,7 +348,8 @@ def write_verification(checks: Sequence[Verification], root: Optional[str] = Non
                        date: Optional[str] = None) -> str:
     """Merges ``checks`` into ``results/verification.json`` under ``root``; returns its path. An entry
     ``not rerun (beyond --verify-limit)`` does not replace one that was rerun (a later check with a
-    smaller limit keeps what an earlier one found); every other entry replaces the configuration's."""
+    smaller limit keeps what an earlier one found), nor does a check read from it (verified by this very
+    code, not repeated); every other entry replaces the configuration's."""
     from experiments import report
 
     root = root or report.PROJECT_DIR
@@ -321,8 +357,8 @@ def write_verification(checks: Sequence[Verification], root: Optional[str] = Non
     date = date or datetime.date.today().isoformat()
     for c in checks:
         old = data.get(c.study, {}).get(c.label)
-        if c.reason == BEYOND_LIMIT and old is not None and old.get("rerun"):
-            continue
+        if c.repeated or (c.reason == BEYOND_LIMIT and old is not None and old.get("rerun")):
+            continue                 # what an earlier check found stands as it was written
         data.setdefault(c.study, {})[c.label] = c.entry(date)
     path = verification_path(root)
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -94,12 +94,21 @@ def test_verify_passes_over_unverified_rows_and_fails_only_on_todays_code(tmp_pa
     assert entry["rerun_wall_seconds"] > 0 and entry["date"] and entry["run"] == linear["label"]
     assert "| verified (2 of 2 configurations: one seed each rerun bit for bit) |" in report.verdict_table(study_specs.all_studies())
 
-    # a check that reruns nothing keeps what the earlier one found: "not rerun" replaces no rerun entry
+    # a second check by the same code reruns nothing it already verified (so a limit reaches further each
+    # time) and keeps the file as it was
     before = (tmp_path / verify.VERIFICATION_FILE).read_text()
+    assert main(["report", "--verify", "--verify-limit", "0", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("(not repeated)") == 2 and "2 verified, 0 unverified" in err
+    assert (tmp_path / verify.VERIFICATION_FILE).read_text() == before
+    # with other code, "not rerun" replaces no rerun entry
+    monkeypatch.setattr("experiments.code_version._CACHED", "code-other")
     assert main(["report", "--verify", "--verify-limit", "0", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert err.count(verify.BEYOND_LIMIT) == 3 and "0 verified, 2 unverified" in err        # 2 lines + the count
     assert (tmp_path / verify.VERIFICATION_FILE).read_text() == before
+    monkeypatch.undo()
+    _project(tmp_path, monkeypatch, records)
 
     # a record without a code version whose R was altered, and one whose params match no config of the
     # study's commands: both unverified, said why, and the check passes (RESULTS.md written)
