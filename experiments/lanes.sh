@@ -10,7 +10,8 @@
 # It is taken while its lock (QUEUE.locks/<checksum of that text>) is held: the lane takes it under the
 # queue's lock and its run inherits it, so it is held while the lane or its run lives, and released when
 # both have ended, however they end (the kernel drops a dead process's locks). A line that ended, well or
-# not, is written to QUEUE.ended and never run again; a line whose lane and run died (a machine stopped
+# not, is written to QUEUE.ended and never run again; a run that was interrupted (rc 130, 137 or 143:
+# Ctrl-C, SIGKILL or SIGTERM to it) did not end: its line stays free and its lane stops; a line whose lane and run died (a machine stopped
 # mid-run) is free, and the next lane on the queue runs it again (its run resumes from its last
 # checkpoint); a lane killed alone leaves its run going and its line taken. QUEUE.claimed logs the claims
 # (PID<TAB>LINE); it decides nothing. (Lanes of this script from before 2026-12-05 take no line locks:
@@ -73,6 +74,14 @@ while true; do
   ( cd "$dir" && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$dir/.venv/bin:$PATH" bash -c "$command" ) \
     > "$log" 2>&1 {queue_lock}>&-
   rc=$?
+  # 130 (Ctrl-C), 143 (SIGTERM), 137 (SIGKILL) to the run: it was stopped, not ended; it is resumable (the
+  # runner marks it KILLED and keeps its checkpoint). The line is left free, never written as ended, and
+  # this lane stops (whoever stopped the run wanted the work stopped): the next lane resumes it.
+  case $rc in 130|137|143)
+    exec {line_lock}>&-
+    echo "$(date -u +%FT%TZ) lane $$ stopped: its run was interrupted (rc=$rc), left for the next lane to resume: $command" >> "$queue.log"
+    exit "$rc";;
+  esac
   case "$piece_file" in /*) made=$piece_file;; *) made=$dir/$piece_file;; esac
   if [ $rc -eq 0 ] && [ -f "$made" ]; then
     (cd "$here" && .venv/bin/ovq-cl merge "$study_file" "$made") >> "$log" 2>&1 {queue_lock}>&-; rc=$?

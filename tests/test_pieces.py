@@ -263,6 +263,25 @@ def test_a_line_whose_lane_died_is_run_by_the_next_lane_and_a_line_that_ended_ne
 
 
 @pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
+@pytest.mark.parametrize("rc", [130, 143])
+def test_an_interrupted_run_is_not_ended_and_the_next_lane_runs_it_again(tmp_path, rc):
+    """A run stopped by Ctrl-C (rc 130) or SIGTERM (143) is resumable, not finished: its lane stops and
+    says so, leaves its line free (not in QUEUE.ended) and does not go on to the next line; the next lane
+    runs the line again (the real run would resume from its checkpoint), then the rest."""
+    ran, flag = tmp_path / "ran.txt", tmp_path / "interrupted"
+    stopped = f"if [ -f {flag} ]; then echo again >> {ran}; else echo first >> {ran}; touch {flag}; exit {rc}; fi"
+    queue = tmp_path / "queue.txt"
+    queue.write_text("\n".join("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"p{k}.json"), command])
+                               for k, command in enumerate([stopped, f"echo next >> {ran}"])) + "\n")
+    first = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert first.returncode == rc and ran.read_text().split() == ["first"]
+    assert (tmp_path / "queue.txt.ended").read_text() == ""
+    assert f"interrupted (rc={rc})" in (tmp_path / "queue.txt.log").read_text()
+    after = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert after.returncode == 0 and ran.read_text().split() == ["first", "again", "next"]
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
 def test_a_lane_killed_alone_leaves_its_line_taken_while_its_run_lives(tmp_path):
     """Its run inherits the line's lock: a lane started meanwhile does not run the line a second time beside
     it; once the orphaned run has ended (its record never merged, the line not ended), the next lane runs it
