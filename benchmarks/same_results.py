@@ -28,10 +28,10 @@ def sample_configs(meta_steps: int, root: str):
     """(study name, RunConfig) for the sample, deduplicated by config identity: every sweep command at
     smoke sizes with its grid whole but for the seeds (the first only)."""
     from experiments.study import expand_sweep, is_seed_axis, smoke_command, smoke_repeats, sweep_commands
-    from experiments.study_specs import STUDIES_DIR, load_study
+    from experiments.study_specs import load_study, study_names
 
     seen, out = set(), []
-    for name in sorted(f[:-5] for f in os.listdir(STUDIES_DIR) if f.endswith(".yaml")):
+    for name in study_names():
         spec = load_study(name)
         repeats = set(smoke_repeats(spec))
         for i, argv in sweep_commands(spec):

@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge_p.add_argument("json", nargs="+", help="sweep JSON files (ovq-cl sweep --out) to add")
     pieces_p = sub.add_parser("pieces", help="a study's runs that its results lack, one sweep command each "
                                              "(COMMIT<TAB>command; '-' unpinned): to run in lanes, then ovq-cl merge")
-    pieces_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
+    pieces_p.add_argument("name", help="the study's name (its folder under experiments/studies/)")
     pieces_p.add_argument("--order", choices=("sweep", "seed-outer"), default="sweep",
                           help="sweep: each sweep's grid order; seed-outer: the seed axes vary slowest (pairs complete early)")
     pieces_p.add_argument("--all", action="store_true", help="every run, also those the results hold")
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="print no queue: run one piece of each configuration on tiny sizes (as study --smoke), "
                                "from its pinned checkout, everything written under DIR; exit 1 if any fails")
     study_p = sub.add_parser("study", help="run a study of experiments/studies/ (its sweeps), then rewrite RESULTS.md")
-    study_p.add_argument("name", help="the study's name (file name under experiments/studies/ without .yaml)")
+    study_p.add_argument("name", help="the study's name (its folder under experiments/studies/)")
     study_p.add_argument("--smoke", default=None, metavar="DIR",
                          help="every command on tiny sizes (first grid value, a few steps), everything written under "
                               "DIR (its own RESULTS.md): checks the study runs end to end, not its numbers")

@@ -759,7 +759,7 @@ def awaited_study(name: str):
     try:
         return load_study(name)
     except FileNotFoundError:
-        own = os.path.join(os.path.dirname(os.path.abspath(__file__)), "studies", f"{name}.yaml")
+        own = os.path.join(os.path.dirname(os.path.abspath(__file__)), "studies", name, "study.yaml")
         if os.path.exists(own):
             return load_study(own)
         raise

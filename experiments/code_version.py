@@ -4,7 +4,8 @@
 blob ids of the packages, the run configs, pyproject.toml and constraints.txt at HEAD; not the
 commit), plus ``+dirty.<hash>`` when the checkout differs from it (a hash of ``git diff HEAD`` and of
 the untracked files over the same paths). Tests, docs, results and the studies' prose
-(``experiments/studies/``, ``experiments/verdict.yaml``, ``experiments/claims.yaml``) do not count, so a commit that touches only
+(the ``.yaml`` and ``.md`` files under ``experiments/studies/``, ``experiments/verdict.yaml``,
+``experiments/claims.yaml``, ``experiments/results_header.md``; a study folder's ``.py`` files are code) do not count, so a commit that touches only
 them keeps every finished run and checkpoint valid: a study interrupted before such a commit resumes
 after it instead of starting over. The commit itself is a tag of every run. Outside a git checkout
 it is the installed package version.
@@ -30,8 +31,15 @@ from typing import Iterable, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CODE_PATHS = ("ovq_cl", "streams", "strategies", "experiments", "pyproject.toml", "constraints.txt")
-PROSE_PATHS = ("experiments/studies/", "experiments/verdict.yaml", "experiments/claims.yaml")   # under CODE_PATHS, not code
-_PATHSPEC = (*CODE_PATHS, *(f":(exclude){p.rstrip('/')}" for p in PROSE_PATHS))
+# under CODE_PATHS, not code: the studies' specs and notes (a study folder's .py files, e.g. a search that
+# makes results or an analysis, are code), the verdict's and the claims' prose
+PROSE_PATHS = ("experiments/studies/**/*.yaml", "experiments/studies/**/*.md", "experiments/verdict.yaml",
+               "experiments/claims.yaml", "experiments/results_header.md")
+_PATHSPEC = (*CODE_PATHS, *(f":(exclude,glob){p}" for p in PROSE_PATHS))
+
+
+def _is_prose(path: str) -> bool:
+    return path in PROSE_PATHS or (path.startswith("experiments/studies/") and path.endswith((".yaml", ".md")))
 
 
 def _git(*args: str) -> Optional[bytes]:
@@ -61,7 +69,7 @@ def _read_version() -> str:
             return f"package-{metadata.version('ovq-cl')}"
         except metadata.PackageNotFoundError:
             return "unknown"
-    lines = [ln for ln in tree.splitlines() if not ln.split(b"\t", 1)[-1].decode().startswith(PROSE_PATHS)]
+    lines = [ln for ln in tree.splitlines() if not _is_prose(ln.split(b"\t", 1)[-1].decode())]
     content = hashlib.sha1(b"\n".join(lines)).hexdigest()   # mode, blob id and path of every code file
     diff = _git("diff", "HEAD", "--", *_PATHSPEC) or b""
     digest = hashlib.sha1(diff)

@@ -1,5 +1,5 @@
 """The budget rule's plateau test on meta-training's learning curves (one definition, read by the
-meta-training table and by study 17's answer).
+meta-training table and by the declared answers of studies that read it, in their folders' analysis.py).
 
 A configuration is at its **plateau** when every seed moved by less than ``PLATEAU_GAIN`` over the last
 quarter of its logged steps, in the direction of better; otherwise it is **still improving**, and a

@@ -1,4 +1,4 @@
-"""One run of the experiment, as the protocol of ``docs/design.md`` section 5 reads:
+"""One run of the experiment, as the protocol of ``docs/design.md`` (its fifth section) reads:
 
     cfg = run_config("experiments/configs/icr_frozen.yaml", ["model.layers=[ovq]", "seed=1"])
     result = run(cfg)          # RunResult: the matrix R, the summaries, the gates, the MLflow run id, ...

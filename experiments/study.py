@@ -60,7 +60,7 @@ def smoke_command(argv: List[str], spec: StudySpec, root: str,
 
 def sweep_commands(spec: StudySpec) -> List[Tuple[int, List[str]]]:
     """(index, argv) of each ``ovq-cl sweep`` command of the study, argv without the ``ovq-cl`` (so that
-    it starts with ``sweep``, as the CLI's parser reads it); other commands (searches) are skipped."""
+    it starts with ``sweep``, as the CLI's parser reads it); other commands (a module of the study's folder, e.g. a search) are skipped."""
     out = []
     for i, command in enumerate(spec.commands):
         argv = shlex.split(command)
@@ -190,10 +190,11 @@ def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[st
             print(f"(pinned to {v}, commit {c}: skipped here) $ {command}", flush=True)
             continue
         argv = shlex.split(command)
-        searched = argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith("experiments.searches.")
+        own = f"experiments.studies.{spec.name}."      # a module of the study's own folder (e.g. a search)
+        searched = argv[:2] == ["python", "-m"] and len(argv) > 2 and argv[2].startswith(own)
         if argv[0] != "ovq-cl" and not searched:
             raise ValueError(f"study {name}: commands must start with 'ovq-cl' or "
-                             f"'python -m experiments.searches.', got {command!r}")
+                             f"'python -m {own}', got {command!r}")
         if smoke and searched:
             print(f"(smoke: search skipped) $ {command}", flush=True)
             continue

@@ -72,3 +72,10 @@ def state_storage_bytes(state) -> int:
 
     walk(state)
     return sum(storages.values())
+
+
+def study_file(studies, name: str):
+    """The spec file of study ``name`` in a folder of studies (``studies/NAME/study.yaml``), its folder made."""
+    folder = studies / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "study.yaml"

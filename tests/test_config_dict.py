@@ -1,9 +1,7 @@
 """``RunConfig.to_dict`` (what a run's identity hashes) builds plain dicts itself instead of through
 omegaconf: it must give exactly omegaconf's result, in JSON too (1 and 1.0 hash apart), or finished runs
 would stop being reused and records made before would stop matching their configs."""
-import glob
 import json
-import os
 
 import pytest
 from omegaconf import OmegaConf
@@ -49,7 +47,7 @@ def test_each_studys_first_configuration_gives_omegaconfs_dict():
     """The streams, recipes and rules the studies use: each study's first configuration, and the first of
     each config file (a check over every config of every study's full grid, 2,102 of them, found none
     apart when this was written; it takes two minutes)."""
-    names = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(study_specs.STUDIES_DIR, "*.yaml")))
+    names = study_specs.study_names()
     chosen, files = [], set()
     for name in names:
         for k, (_, argv) in enumerate(study.sweep_commands(study_specs.load_study(name))):

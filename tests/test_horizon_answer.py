@@ -1,10 +1,12 @@
 """Study 17's declared answer rule (experiments/horizon_answer.py): known answers on hand-made records."""
 import json
 import math
+import shutil
 
 import pytest
 
-from experiments import compare, horizon_answer, study_specs
+from experiments import compare, sections, study_specs
+from experiments.studies.why_forget import analysis as horizon_answer
 from experiments.intervals import holm
 
 STANDARD = "* | stream.options.meta_sequence_episodes=4"
@@ -152,17 +154,23 @@ def test_a_treatment_rerun_at_a_larger_budget_replaces_the_shorter_one():
 
 
 def test_an_answer_rule_is_checked_when_the_study_is_read(tmp_path):
-    (tmp_path / "x.yaml").write_text("title: x\nanswer: vibes\n")
-    with pytest.raises(ValueError, match="answer 'vibes' is not one of"):
+    """The rule is study 17's own renderer: another study does not have it, and its options are checked."""
+    (tmp_path / "x.yaml").write_text("title: x\nsections: [horizon_answer]\n")
+    with pytest.raises(ValueError, match="no section renderer 'horizon_answer'"):
         study_specs.load_study(str(tmp_path / "x.yaml"))
-    (tmp_path / "y.yaml").write_text("title: y\nanswer: training_or_rule\nwithin: model.layers\n")
-    with pytest.raises(ValueError, match="needs within, within_baseline and answer_treatment"):
-        study_specs.load_study(str(tmp_path / "y.yaml"))
+    folder = tmp_path / "y"
+    folder.mkdir()
+    shutil.copy(horizon_answer.__file__, folder / "analysis.py")
+    (folder / "study.yaml").write_text("title: y\nsections: [{horizon_answer: {within: model.layers}}]\n")
+    with pytest.raises(ValueError, match="section 'horizon_answer': missing option\\(s\\) \\['baseline', 'treatment', 'seeds'\\]"):
+        study_specs.load_study(str(folder / "study.yaml"))
 
 
 def test_the_study_declares_the_rule_it_applies():
     spec = study_specs.load_study("why_forget")
-    assert spec.answer == "training_or_rule" and "meta_sequence_episodes=32" in spec.answer_treatment
+    [(render, options)] = [(r, o) for r, o in sections.study_sections(spec) if r is horizon_answer.render]
+    assert "meta_sequence_episodes=32" in options["treatment"] and options["seeds"] == 3
+    assert options["rerun_budget"] == 2000
 
 
 def test_a_standard_rerun_at_a_larger_budget_is_the_one_paired_against_and_no_mixer_vanishes():

@@ -81,6 +81,20 @@ def module_files():
     return out
 
 
+def _runtime_nodes(tree):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for annotations only, which
+    never run: a module may name a type of a module that imports it)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING":
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+
+
 def import_edges(modules):
     """{module: modules it imports}, imports inside functions included. ``from P import N`` is an edge to
     P.N when that is a module (P, its package, is then already loaded), else to P; ``import a.b`` to a.b.
@@ -90,7 +104,7 @@ def import_edges(modules):
     for mod, path in modules.items():
         package = mod if path.endswith("__init__.py") else mod.rpartition(".")[0]
         targets = set()
-        for node in ast.walk(ast.parse(open(path).read(), path)):
+        for node in _runtime_nodes(ast.parse(open(path).read(), path)):
             if isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names if a.name in modules}
             elif isinstance(node, ast.ImportFrom):
@@ -151,6 +165,11 @@ def test_the_cycle_finder_finds_a_circle_through_a_function_level_import(tmp_pat
     (pkg / "x.py").write_text("from p.y import f\n")
     (pkg / "y.py").write_text("def f():\n    from p import x\n")
     files = {"p": str(pkg / "__init__.py"), "p.x": str(pkg / "x.py"), "p.y": str(pkg / "y.py")}
+    assert cycles(import_edges(files)) == [["p.x", "p.y"]]
+    # an import for annotations only (under ``if TYPE_CHECKING:``) never runs: not an edge; its else branch runs
+    (pkg / "y.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import x\n")
+    assert cycles(import_edges(files)) == []
+    (pkg / "y.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\nelse:\n    from p import x\n")
     assert cycles(import_edges(files)) == [["p.x", "p.y"]]
 
 

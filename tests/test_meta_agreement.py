@@ -1,10 +1,14 @@
 """Two studies that share models: each run's meta-training history against the other study's
 (experiments/meta_agreement.py), and the section that prints it (``meta_shared_with``)."""
 import json
+import shutil
 
 import pytest
 
-from experiments import meta_agreement, report, study_specs
+from conftest import study_file
+
+from experiments import report, sections, study_specs
+from experiments.studies.length_alone import analysis as meta_agreement
 from test_report import _run
 
 
@@ -66,15 +70,21 @@ def test_a_study_that_shares_models_prints_the_table_and_names_a_real_study(tmp_
             "b": [_record("ovq", 0, [3.0, 1.0, 0.5]), _record("ovq", 1, [3.0, 1.0, 9.9])]}
     for name, rs in runs.items():
         (tmp_path / "results" / f"{name}.json").write_text(json.dumps(rs))
-        (studies / f"{name}.yaml").write_text(
+        study_file(studies, name).write_text(
             f"title: '{'22' if name == 'a' else '25'}. {name}'\n"
             f"commands: [\"ovq-cl sweep cfg.yaml --name {name} --out results\"]\nresults: [results/{name}.json]\n"
-            + ("meta_shared_with: a\n" if name == "b" else ""))
+            + ("sections: [summary, {meta_agreement: {with_study: a}}]\n" if name == "b" else ""))
+    # study b's folder holds the renderer, as length_alone's does (a study's own code lives in its folder)
+    shutil.copy(meta_agreement.__file__, studies / "b" / "analysis.py")
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
-    text = report.section(study_specs.load_study("b"))
+    monkeypatch.setattr(sections, "PROJECT_DIR", str(tmp_path))
+    text = sections.section(study_specs.load_study("b"))
     assert "Meta-training against study 22's" in text and "1 of 2 runs have the other study's" in text
-    assert "Meta-training against" not in report.section(study_specs.load_study("a"))
-    (studies / "c.yaml").write_text("title: 'c'\nmeta_shared_with: nosuch\n")
-    with pytest.raises(ValueError, match="meta_shared_with names no study: 'nosuch'"):
-        study_specs.load_study("c")
+    assert "Meta-training against" not in sections.section(study_specs.load_study("a"))
+    (studies / "b" / "study.yaml").write_text("title: 'c'\nsections: [{meta_agreement: {with_study: nosuch}}]\n")
+    with pytest.raises(ValueError, match="with_study names no study: 'nosuch'"):
+        study_specs.load_study("b")
+    (studies / "b" / "study.yaml").write_text("title: 'c'\nsections: [{meta_agreement: {study: a}}]\n")
+    with pytest.raises(ValueError, match="section 'meta_agreement': unknown option\\(s\\) \\['study'\\]; missing option\\(s\\) \\['with_study'\\]"):
+        study_specs.load_study("b")

@@ -218,7 +218,7 @@ def test_blocked_sliding_window_equals_the_dense_mask(past, T, window):
 
 def test_baseline_layer_choices_are_knobs():
     """Gated DeltaNet's output gate and where linear attention's 1/sqrt(d) goes: both settings build and
-    run; the defaults come from experiments/searches/baseline_choices.py (results/baseline_choices.json)."""
+    run; the defaults come from experiments/studies/baseline_choices/search.py (results/baseline_choices.json)."""
     x = torch.randn(2, 9, D_MODEL, dtype=torch.float64)
     gated = build_mixer("delta", D_MODEL, HEADS, {"output_gate": True}).double()
     plain = build_mixer("delta", D_MODEL, HEADS).double()

@@ -338,18 +338,18 @@ def test_the_code_version_follows_the_code_not_the_commit(tmp_path, monkeypatch)
     monkeypatch.setattr(cv, "ROOT", str(tmp_path))
     git("init", "-q")
     write("ovq_cl/op.py", "A = 1\n")
-    write("experiments/studies/s.yaml", "findings: ''\n")
+    write("experiments/studies/s/study.yaml", "findings: ''\n")
     write("docs/d.md", "old\n")
     commit_all()
     first = cv._read_version()
     assert first.startswith("code-") and "+dirty" not in first
     write("docs/d.md", "new\n")
-    write("experiments/studies/s.yaml", "findings: 'OVQ forgets less'\n")
+    write("experiments/studies/s/study.yaml", "findings: 'OVQ forgets less'\n")
     write("experiments/verdict.yaml", "prose\n")
     write("experiments/claims.yaml", "claims: []\n")
     commit_all()
     assert cv._read_version() == first                                  # prose commits: same code
-    write("experiments/studies/s.yaml", "findings: 'edited, not committed'\n")
+    write("experiments/studies/s/study.yaml", "findings: 'edited, not committed'\n")
     assert cv._read_version() == first                                  # uncommitted prose: not dirty
     write("ovq_cl/op.py", "A = 2\n")
     dirty = cv._read_version()
@@ -358,3 +358,9 @@ def test_the_code_version_follows_the_code_not_the_commit(tmp_path, monkeypatch)
     assert "+dirty" not in cv._read_version() and cv._read_version() != first
     write("ovq_cl/new.py", "B = 1\n")                                   # an untracked code file is code
     assert "+dirty." in cv._read_version()
+    commit_all()
+    before = cv._read_version()
+    write("experiments/studies/s/analysis.py", "SECTIONS = {}\n")        # a study folder's module is code
+    assert cv._read_version().startswith(before + "+dirty.")
+    commit_all()
+    assert "+dirty" not in cv._read_version() and cv._read_version() != before

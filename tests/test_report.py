@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-from experiments import compare, report, study_specs
+from conftest import study_file
+
+from experiments import compare, report, sections, study_specs
 from experiments import study as study_runner
 
 
@@ -36,15 +38,16 @@ def _study_folder(tmp_path, monkeypatch, name, runs, spec):
     (tmp_path / "results" / f"{name}.json").write_text(json.dumps(runs))
     studies = tmp_path / "studies"
     studies.mkdir()
-    (studies / f"{name}.yaml").write_text(
+    study_file(studies, name).write_text(
         spec + f"commands: [\"ovq-cl sweep cfg.yaml --name {name} --out results\"]\nresults: [results/{name}.json]\n")
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    monkeypatch.setattr(sections, "PROJECT_DIR", str(tmp_path))
     return tmp_path
 
 
 def test_a_study_section_has_every_table_and_label(study):
-    text = report.section(study_specs.load_study("toy"))
+    text = sections.section(study_specs.load_study("toy"))
     assert text.startswith("## Toy study") and "ovq-cl sweep cfg.yaml" in text and "A finding." in text
     assert "9 runs, wall time per run 30 s" in text
     assert "Code versions of these runs: not recorded (6: runs from before results carried their code version), `code-aaa` (3)." in text
@@ -59,14 +62,14 @@ def test_a_section_says_how_many_of_its_runs_resumed_after_a_stop(tmp_path, monk
     runs = [_run("ovq", s, [[1.0, 0.0], [0.9, 0.95]]) for s in range(3)]
     runs[1]["attempts"], runs[2]["attempts"] = 3, 1
     _study_folder(tmp_path, monkeypatch, "toy", runs, "title: 'Toy'\nbaseline: ovq\n")
-    assert "3 runs, wall time per run 30 s" in report.section(study_specs.load_study("toy"))
-    assert "1 of them resumed after a stop (3 attempts;" in report.section(study_specs.load_study("toy"))
+    assert "3 runs, wall time per run 30 s" in sections.section(study_specs.load_study("toy"))
+    assert "1 of them resumed after a stop (3 attempts;" in sections.section(study_specs.load_study("toy"))
     runs[1]["attempts"] = 1
     (tmp_path / "results" / "toy.json").write_text(json.dumps(runs))
-    assert "resumed" not in report.section(study_specs.load_study("toy"))
+    assert "resumed" not in sections.section(study_specs.load_study("toy"))
     runs[0]["attempts"] = None                        # resumed from a checkpoint that kept no time
     (tmp_path / "results" / "toy.json").write_text(json.dumps(runs))
-    assert "1 resumed from a checkpoint that kept no time" in report.section(study_specs.load_study("toy"))
+    assert "1 resumed from a checkpoint that kept no time" in sections.section(study_specs.load_study("toy"))
 
 
 def test_write_report_and_unknown_study(study):
@@ -80,8 +83,9 @@ def test_write_report_and_unknown_study(study):
 def test_shipped_studies_load():
     specs = study_specs.all_studies()
     assert specs and any(s.commands for s in specs)
-    assert all(s.results or s.search for s in specs if s.commands), "every study with runs says where they are written"
-    assert all(c.startswith(("ovq-cl ", "python -m experiments.searches.")) for s in specs for c in s.commands)
+    searches = [s for s in specs if s.commands and not s.results]      # a study that runs a search writes its own record
+    assert [s.name for s in searches] == ["baseline_choices"], "every study with runs says where they are written"
+    assert all(c.startswith(("ovq-cl ", "python -m experiments.studies.baseline_choices.")) for s in specs for c in s.commands)
 
 
 def test_cli_compare_reads_sweep_json_and_pairs_against_a_baseline(study, capsys):
@@ -111,10 +115,11 @@ def test_budget_partitions_pair_within_a_budget_and_the_delay_table_and_plot(stu
     runs += [dict(_run("full", s, [[1.0, 0.0], [1.0, 1.0]]), params={**_run("full", s, [[1]])["params"],
                                                                       "model.state_budget": "None"}) for s in range(3)]
     (study / "results" / "budgets.json").write_text(json.dumps(runs))
-    (study / "studies" / "budgets.yaml").write_text(
+    study_file(study / "studies", "budgets").write_text(
         "title: 'Budgets'\ncommands: ['ovq-cl sweep x']\nresults: [results/budgets.json]\nbaseline: ovq\n"
-        "partition: model.state_budget\nplot: results/budgets.png\n")
-    text = report.section(study_specs.load_study("budgets"))
+        "partition: model.state_budget\n"
+        "sections: [summary, {state_bytes_plot: {path: results/budgets.png}}, paired, matrices]\n")
+    text = sections.section(study_specs.load_study("budgets"))
     assert "model.state_budget = 1 (" in text and "model.state_budget = 2 (" in text
     assert text.count("Paired against `ovq`") == 2, "paired tests within each budget, full in both"
     assert "@ learning delay (50 tokens)" in text
@@ -203,7 +208,7 @@ def test_the_verdict_says_who_forgets_less_from_paired_seeds(study):
     assert abs(rows["linear"].learning.mean_difference - 0.0) < 1e-9
 
     (study / "results" / "verdict.json").write_text(json.dumps(runs))
-    (study / "studies" / "toy.yaml").write_text(
+    study_file(study / "studies", "toy").write_text(
         "title: 'Toy'\ncommands: [\"ovq-cl sweep cfg.yaml --name v --out results\"]\nresults: [results/verdict.json]\n"
         "baseline: ovq\nverdict: 'toy stream'\n")
     table = report.verdict_table(study_specs.all_studies())
@@ -300,6 +305,7 @@ def test_a_run_listed_by_two_sweeps_counts_once(tmp_path, monkeypatch):
     (tmp_path / "results" / "a.json").write_text(json.dumps(first))
     (tmp_path / "results" / "a_rest.json").write_text(json.dumps(rest))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    monkeypatch.setattr(sections, "PROJECT_DIR", str(tmp_path))
     spec = study_specs.StudySpec(results=["results/a.json", "results/a_rest.json"])
     raw = report._raw(spec)
     assert [d["config_id"] for d in raw] == ["id0", "id1", "id2"]
@@ -319,7 +325,7 @@ def test_a_replicate_run_by_two_code_versions_counts_once_and_pooled_versions_ar
     runs += [{**_run("vq", s, [[1.0, 0.0], [0.9, 0.95]]), "config_id": f"vq{s}", "code_version": "code-a" if s < 2
               else "code-b"} for s in range(3)]
     _study_folder(tmp_path, monkeypatch, "two", runs, "title: 'Two versions'\nsetup: 'A setup.'\nbaseline: ovq\n")
-    text = report.section(study_specs.load_study("two"))
+    text = sections.section(study_specs.load_study("two"))
     assert "Note: 3 run(s) of a configuration and seeds that a later code version ran again are left out" in text
     assert ("Note: layers=['vq']: its seeds were run by 2 code versions, pooled here (code-a (n=2), code-b (n=1))"
             in text)
@@ -335,7 +341,7 @@ def _commands_only_study(tmp_path, monkeypatch, name, yaml):
     """A studies folder holding study ``name`` (its YAML), and a study runner that writes no report."""
     studies = tmp_path / "studies"
     studies.mkdir(exist_ok=True)
-    (studies / f"{name}.yaml").write_text(yaml)
+    study_file(studies, name).write_text(yaml)
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(study_runner, "write_report", lambda *a, **k: None)
     return studies
@@ -372,15 +378,15 @@ def test_a_sweep_pinned_to_other_code_is_refused_before_anything_runs(tmp_path, 
     monkeypatch.setattr(study_runner, "code_version", lambda: "code-ffffffffffff")
     assert study_runner.run_study("pin", lambda argv: calls.append(argv) or 0, smoke=str(tmp_path)) == 0
     assert len(calls) == 2
-    (studies / "bad.yaml").write_text("title: b\ncode: {b: '87e82ac'}\n")
+    study_file(studies, "bad").write_text("title: b\ncode: {b: '87e82ac'}\n")
     with pytest.raises(ValueError, match="code pins are sweep name -> 'code-HASH@COMMIT'"):
         study_specs.load_study("bad")
-    (studies / "stray.yaml").write_text("title: b\ncommands: ['ovq-cl sweep a.yaml --name a']\n"
+    study_file(studies, "stray").write_text("title: b\ncommands: ['ovq-cl sweep a.yaml --name a']\n"
                                         "code: {c: 'code-0123456789ab@87e82ac'}\n")
     with pytest.raises(ValueError, match=r"code pins name no sweep of its commands: \['c'\]"):
         study_specs.load_study("stray")
     # --name=X is pinned like --name X; a "*" pin leaves commands that make no runs alone
-    (studies / "forms.yaml").write_text(
+    study_file(studies, "forms").write_text(
         "title: f\ncommands: ['ovq-cl sweep a.yaml --name=a', 'ovq-cl merge results/x.json a.json', "
         "'ovq-cl sweep b.yaml --name b']\ncode: {'*': 'code-0123456789ab@87e82ac', b: 'code-ffffffffffff@1234567'}\n")
     pinned = study_runner.pinned_elsewhere(study_specs.load_study("forms"), "code-ffffffffffff")
@@ -417,14 +423,14 @@ def test_a_frontier_joins_each_mixers_settings_and_shows_a_memory_that_stops_upd
         d["summary_current"] = {"retained_fraction": 0.4, "updated_fraction": 0.9, "final_average": 0.6}
         runs.append(d)
     records = [compare.record_from_json(d) for d in runs]
-    points = report.frontier_points(records)
+    points = sections.frontier_points(records)
     assert sorted(points) == ["delta", "ovq"]
     assert sorted(setting for setting, _ in points["ovq"]) == ["count_decay=0.9", "count_decay=1.0"]
     assert [setting for setting, _ in points["delta"]] == ["default"] and len(points["delta"][0][1]) == 3
-    table = report.frontier_table(records)
+    table = sections.frontier_table(records)
     assert "| ovq | count_decay=1.0 | 3 (3) | 0.960 [" in table and "| 0.100 |" not in table
     assert "| delta | default | 3 (2) | 0.400 |" not in table and "| delta | default | 3 (2) | 0.400 [" in table
-    report.plot_frontier(records, str(tmp_path / "f.png"), "toy")
+    sections.plot_frontier(records, str(tmp_path / "f.png"), "toy")
     assert (tmp_path / "f.png").stat().st_size > 1000
 
 
@@ -444,7 +450,7 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
                                   for k, v in ((100, 0.2), (200, 0.3), (300, 0.4), (400, 0.4 + 0.1 * s))]
         runs += [flat, rising]
     records = [compare.record_from_json(d) for d in runs]
-    table = report.meta_training_table(records)
+    table = sections.meta_training_table(records)
     ovq = next(line for line in table.splitlines() if "ovq" in line)
     delta = next(line for line in table.splitlines() if "delta" in line)
     # ovq gains 0.455 from step 100, 95% of it (0.432) by step 300; delta's seed 0 gains 0.2 by step 300 and
@@ -460,11 +466,11 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
         d["params"]["gate.min_skill"] = "0.5"
     runs[0]["gate"]["skill"] = 0.07                    # ovq seed 0 (runs: ovq, delta, ovq, delta): below the bar
     runs[3]["gate"]["skill"] = 0.5                     # delta seed 1: at the bar is not below it
-    table = report.meta_training_table([compare.record_from_json(d) for d in runs])
+    table = sections.meta_training_table([compare.record_from_json(d) for d in runs])
     assert "| plateau (1 of 2 below the held-out gate) | 300, 300 |" in next(line for line in table.splitlines() if "ovq" in line)
     assert "| still improving | 300, 400 |" in next(line for line in table.splitlines() if "delta" in line)
     runs[1]["gate"]["skill"] = 0.1                     # delta seed 0
-    table = report.meta_training_table([compare.record_from_json(d) for d in runs])
+    table = sections.meta_training_table([compare.record_from_json(d) for d in runs])
     assert "| still improving (1 of 2 below the held-out gate) |" in next(line for line in table.splitlines() if "delta" in line)
     for d in runs:
         del d["params"]["gate.min_skill"]
@@ -472,16 +478,16 @@ def test_the_meta_training_table_says_which_configuration_is_still_improving(tmp
     # runs that split the recalled answers by reach-back get a column: the means at the last step
     for s, d in enumerate(r for r in runs if "ovq" in r["params"]["model.layers"]):
         d["meta_history"][-1].update({"accuracy_recalled_1_4": 0.9, "accuracy_recalled_5_16": 0.4 + 0.2 * s})
-    table = report.meta_training_table([compare.record_from_json(d) for d in runs])
+    table = sections.meta_training_table([compare.record_from_json(d) for d in runs])
     assert "| on recalled answers by reach-back at the end (1-4 / 5-16 / 17+ episodes, mean) |" in table.splitlines()[0]
     assert next(line for line in table.splitlines() if "ovq" in line).endswith("| 0.900 / 0.500 / - |")
     assert next(line for line in table.splitlines() if "delta" in line).endswith("| - | - / - / - |")
-    report.plot_meta_curves(records, str(tmp_path / "m.png"), "toy")
+    sections.plot_meta_curves(records, str(tmp_path / "m.png"), "toy")
     assert (tmp_path / "m.png").stat().st_size > 1000
 
 
 def test_within_tables_pair_each_mixers_recipes_against_its_own_standard(tmp_path, monkeypatch):
-    """``within`` + ``within_baseline``: one paired table per mixer, each recipe against that mixer's
+    """The section ``paired_within: {by, baseline}``: one paired table per mixer, each recipe against that mixer's
     standard runs (same seeds), beside the baseline tables across mixers."""
     runs = []
     for mixer, gain in (("ovq", 0.0), ("delta", 0.3)):
@@ -490,9 +496,9 @@ def test_within_tables_pair_each_mixers_recipes_against_its_own_standard(tmp_pat
                 d = _run(mixer, s, R)
                 d["params"]["stream.options.meta_sequence_episodes"] = episodes
                 runs.append(d)
-    _study_folder(tmp_path, monkeypatch, "w", runs, "title: 'Within'\nsetup: 'x'\nwithin: model.layers\n"
-                  "within_baseline: '* | stream.options.meta_sequence_episodes=4'\n")
-    text = report.section(study_specs.load_study("w"))
+    _study_folder(tmp_path, monkeypatch, "w", runs, "title: 'Within'\nsetup: 'x'\nsections: [summary, "
+                  "{paired_within: {by: model.layers, baseline: '* | stream.options.meta_sequence_episodes=4'}}]\n")
+    text = sections.section(study_specs.load_study("w"))
     assert "model.layers = ['delta']" in text and "model.layers = ['ovq']" in text
     delta = text.split("model.layers = ['delta']")[1].split("Paired against")[0]
     ovq = text.split("model.layers = ['ovq']")[1].split("Paired against")[0]
@@ -514,12 +520,12 @@ def test_a_frontier_on_a_stream_without_changing_facts_is_kept_against_learned(t
             d["params"]["model.mixers.swa.window"] = window
             runs.append(d)
     records = [compare.record_from_json(d) for d in runs]
-    x_name, x_of, y_name, y_of, higher = report.frontier_axes(records)
+    x_name, x_of, y_name, y_of, higher = sections.frontier_axes(records)
     assert x_name.startswith("kept") and y_name.startswith("learned") and higher is False
-    table = report.frontier_table(records)
+    table = sections.frontier_table(records)
     assert "| swa | window=66 | 2 (2) | 1.200 [" in table and "| 0.200 [" in table       # kept (1.3+1.1)/2, learned 0.2
     assert "| swa | window=266 | 2 (2) | 0.550 [" in table and "| 0.350 [" in table     # kept (0.6+0.5)/2, (0.3+0.4)/2
-    report.plot_frontier(records, str(tmp_path / "f.png"), "toy")
+    sections.plot_frontier(records, str(tmp_path / "f.png"), "toy")
     assert (tmp_path / "f.png").stat().st_size > 1000
 
 
@@ -536,26 +542,26 @@ def test_probe_curves_give_mean_and_interval_per_configuration_and_x(tmp_path, m
             r["interference"] = {"curves": {"other_region": [{"items": 0, "score": 1.0}, {"items": 8, "score": score}]}}
             runs.append(r)
     records = [report.compare.record_from_json(d) for d in runs]
-    panels = report.probe_curve_series(records)
+    panels = sections.probe_curve_series(records)
     assert sorted(panels) == ["capacity", "interference: other_region", "position: prose"]
     assert dict(next(v for k, v in panels["interference: other_region"].items() if "full" in k))[8].mean == 0.9
     # few lines: one panel per curve, lines named by mixer
     assert [(curve, mixer, sorted(label for label, _ in lines.values()))
-            for curve, mixer, lines in report.probe_panels(records)] == [
+            for curve, mixer, lines in sections.probe_panels(records)] == [
         ("capacity", "", ["full", "ovq"]), ("interference: other_region", "", ["full", "ovq"]),
         ("position: prose", "", ["full", "ovq"])]
-    monkeypatch.setattr(report, "PANEL_LINES", 1)          # more lines than a panel holds: one panel per mixer
-    assert [(curve, mixer) for curve, mixer, _ in report.probe_panels(records)][:2] == [("capacity", "full"),
+    monkeypatch.setattr(sections, "PANEL_LINES", 1)          # more lines than a panel holds: one panel per mixer
+    assert [(curve, mixer) for curve, mixer, _ in sections.probe_panels(records)][:2] == [("capacity", "full"),
                                                                                         ("capacity", "ovq")]
-    monkeypatch.setattr(report, "PANEL_LINES", 8)
+    monkeypatch.setattr(sections, "PANEL_LINES", 8)
     ovq = dict(next(v for k, v in panels["capacity"].items() if "ovq" in k))
     assert ovq[16].mean == 1.0 and abs(ovq[64].mean - 0.6) < 1e-12 and ovq[64].n == 3
     prose = dict(next(v for k, v in panels["position: prose"].items() if "full" in k))
     assert abs(prose[64].mean - 5.0) < 1e-12 and prose[256].mean == 3.0
-    assert report.probe_curve_series([report.compare.record_from_json(_run("ovq", 0, [[1.0]]))]) == {}
+    assert sections.probe_curve_series([report.compare.record_from_json(_run("ovq", 0, [[1.0]]))]) == {}
     _study_folder(tmp_path, monkeypatch, "curvy", runs,
                   "title: 'Curves'\nsetup: 'A setup.'\ncurves: results/curvy.png\n")
-    text = report.section(study_specs.load_study("curvy"))
+    text = sections.section(study_specs.load_study("curvy"))
     assert "![probe curves: capacity, interference, position](results/curvy.png)" in text
     assert (tmp_path / "results" / "curvy.png").stat().st_size > 1000
 
@@ -571,16 +577,16 @@ def test_short_recipe_labels_name_what_sets_a_configuration_apart_once():
             "state_budget=16960, stream.options.meta_sequence_episodes=4",
             "meta_train.batch_size=32, meta_train.steps=400, layers=['delta'], delta.head_dim=65, "
             "state_budget=67840, stream.options.meta_sequence_episodes=4"]
-    labels = report.short_recipe_labels(keys)
+    labels = sections.short_recipe_labels(keys)
     assert [labels[k] for k in keys] == [
         "meta_sequence_episodes=32, retention_loss=1.0, state_budget=67840",
         "meta_sequence_episodes=32, retention_loss=0.0, state_budget=67840",
         "meta_sequence_episodes=4, retention_loss=0.0, state_budget=16960",
         "meta_sequence_episodes=4, retention_loss=0.0, state_budget=67840"]
-    assert report.short_recipe_labels(keys[:1]) == {keys[0]: "all runs"}
+    assert sections.short_recipe_labels(keys[:1]) == {keys[0]: "all runs"}
     test_time = ["after_meta.model.mixers.ovq.num_slots=2048, layers=['ovq'], ovq.num_slots=128",
                  "after_meta.model.mixers.ovq.num_slots=128, layers=['ovq'], ovq.num_slots=128"]
-    assert list(report.short_recipe_labels(test_time).values()) == ["num_slots=2048", "num_slots=128"]
+    assert list(sections.short_recipe_labels(test_time).values()) == ["num_slots=2048", "num_slots=128"]
 
 
 def test_group_keys_split_back_into_their_params_even_when_a_value_is_a_list():
@@ -595,13 +601,13 @@ def test_group_keys_split_back_into_their_params_even_when_a_value_is_a_list():
     assert compare.split_group_key("all runs") == ["all runs"]
     # a partition over several keys names each value whole
     assert report._where("model.layers, meta_train.steps", "['swa', 'ovq'], 1000") == "layers=['swa', 'ovq'], steps=1000"
-    labels = report.short_recipe_labels(keys)
+    labels = sections.short_recipe_labels(keys)
     assert labels[keys[0]] == "interference=['neutral', 'repeat']"    # one param, its whole list
     assert labels[keys[1]] == "interference=['neutral', 'same_region', 'repeat']"
 
 
 def test_the_budget_rule_reads_the_longer_rerun_in_the_paired_tables(tmp_path, monkeypatch):
-    """``budget_rule: meta_train.steps``: OVQ and Gated DeltaNet rerun at 2,000 steps replace their 1,000-step
+    """``paired: {budget_rule: meta_train.steps}``: OVQ and Gated DeltaNet rerun at 2,000 steps replace their 1,000-step
     runs in the paired tables (the baseline is one configuration again, not two); the summary shows both."""
     runs = []
     for s in range(3):
@@ -615,8 +621,9 @@ def test_the_budget_rule_reads_the_longer_rerun_in_the_paired_tables(tmp_path, m
     assert sorted({(r.params["model.layers"], r.params["meta_train.steps"]) for r in kept}) == [
         ("['delta']", "2000"), ("['ovq']", "2000"), ("['ssm']", "1000")]
     _study_folder(tmp_path, monkeypatch, "budgets", runs,
-                  "title: 'Budgets'\nsetup: 'A setup.'\nbaseline: ovq\nbudget_rule: meta_train.steps\n")
-    text = report.section(study_specs.load_study("budgets"))
+                  "title: 'Budgets'\nsetup: 'A setup.'\nbaseline: ovq\n"
+                  "sections: [summary, {paired: {budget_rule: meta_train.steps}}]\n")
+    text = sections.section(study_specs.load_study("budgets"))
     assert "the paired tables read the largest (6 runs of shorter budgets left out of them; " in text
     assert "no paired table" not in text
     paired = text.split("Paired against `ovq`")[1].split("```")[0]
@@ -636,7 +643,7 @@ def test_declared_capacity_pairs_are_paired_at_every_point_with_one_holm_family(
     runs.append(run("full", 3, (1.0, 0.3), version="code-b"))        # seed 3 of another code: not paired
     _study_folder(tmp_path, monkeypatch, "cap", runs, "title: 'Cap'\nsetup: 'A setup.'\n"
                   "capacity_pairs: [[ovq, full], [vq, full]]\n")
-    text = report.section(study_specs.load_study("cap"))
+    text = sections.section(study_specs.load_study("cap"))
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| layers=['ovq'] | layers=['full']")]
     assert [(r[2], r[3]) for r in rows] == [("16", "3"), ("64", "3")]
     # at 64 facts: ovq 0.60, 0.61, 0.62 against full 0.30, 0.32, 0.34: +0.290; at 16 every pair ties (p 1);
@@ -646,5 +653,5 @@ def test_declared_capacity_pairs_are_paired_at_every_point_with_one_holm_family(
             "paired).") in text
     assert "Note: vq against full: baseline 'vq' matches 0 configurations." in text
     with pytest.raises(ValueError, match="capacity_pairs are"):
-        (tmp_path / "studies" / "bad.yaml").write_text("title: b\ncapacity_pairs: [[ovq]]\n")
+        study_file(tmp_path / "studies", "bad").write_text("title: b\ncapacity_pairs: [[ovq]]\n")
         study_specs.load_study("bad")

@@ -1,7 +1,10 @@
 """Study 11's declared decision (experiments/rule_answer.py): known answers on hand-made records."""
+import shutil
+
 import pytest
 
-from experiments import compare, rule_answer, study_specs
+from experiments import compare, sections, study_specs
+from experiments.studies.ovq_plasticity import analysis as rule_answer
 
 BASE = "* | model.mixers.ovq.growth=plateau, model.mixers.ovq.when_full=none"
 
@@ -142,10 +145,12 @@ def test_one_rule_is_one_rule_whatever_the_number_format_of_its_options():
 
 def test_study_11_declares_the_decision_and_a_bad_declaration_is_one_line(tmp_path):
     spec = study_specs.load_study("ovq_plasticity")
-    assert spec.answer == "rule_on_every_stream" and spec.answer_seeds == 5 and spec.partition
-    (tmp_path / "x.yaml").write_text("title: x\nanswer: rule_on_every_stream\nbaseline: ovq\n")
-    with pytest.raises(ValueError, match="needs baseline, partition and answer_seeds >= 2"):
-        study_specs.load_study(str(tmp_path / "x.yaml"))
+    [options] = [o for r, o in sections.study_sections(spec) if r is rule_answer.render]
+    assert options == {"seeds": 5} and spec.partition and spec.baseline
+    shutil.copy(rule_answer.__file__, tmp_path / "analysis.py")
+    (tmp_path / "study.yaml").write_text("title: x\nbaseline: ovq\nsections: [{rule_answer: {seeds: 5}}]\n")
+    with pytest.raises(ValueError, match="needs the spec's baseline and partition and seeds >= 2"):
+        study_specs.load_study(str(tmp_path / "study.yaml"))
 
 
 def test_a_stream_whose_pairs_all_differ_by_the_same_amount_leaves_the_decision_undecided_in_any_order():

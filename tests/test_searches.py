@@ -1,8 +1,7 @@
 """The layer-choice search: pinned starting settings, a JSON record, resumable."""
 import json
 
-from experiments import report
-from experiments.searches import baseline_choices as search
+from experiments.studies.baseline_choices import analysis, search
 
 
 def test_search_records_every_candidate_and_reruns_only_new_ones(tmp_path, monkeypatch):
@@ -17,4 +16,4 @@ def test_search_records_every_candidate_and_reruns_only_new_ones(tmp_path, monke
     assert search.main(["--steps", "1", "--seeds", "1", "--mixers", "deltanet", "--out", str(out)]) == 0
     assert len(calls) == 1 and calls[0].mixer_options["deltanet"]["chunk_size"] == 8, "only the new candidate ran"
     assert calls[0].mixer_options["deltanet"]["short_conv"] == 0, "candidates start from the pinned settings"
-    assert "| deltanet | chunk_size=8 | 1 | 0.500 | 0.500 | 0.500 |" in report.search_table(str(out))
+    assert "| deltanet | chunk_size=8 | 1 | 0.500 | 0.500 | 0.500 |" in analysis.search_table(str(out))

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from experiments import report, study, study_specs  # noqa: F401
+from experiments import sections, study, study_specs
 
-STUDIES = sorted(os.path.basename(p)[:-5] for p in __import__("glob").glob(os.path.join(study_specs.STUDIES_DIR, "*.yaml")))
+STUDIES = study_specs.study_names()
 
 
 @pytest.fixture(scope="module")
@@ -33,4 +33,4 @@ def test_each_study_command_runs_on_tiny_sizes(name, smoke_root, monkeypatch):
         for command in runs:
             rel = os.path.join("results", command.split("--name ")[1].split()[0] + ".json")
             assert rel in spec.results and os.path.exists(os.path.join(smoke_root, rel)), rel
-        assert "(no runs yet" not in report.section(spec, smoke_root)
+        assert "(no runs yet" not in sections.section(spec, smoke_root)

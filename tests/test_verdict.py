@@ -2,12 +2,16 @@
 adjusts each family of tests for their number (Holm) before it says a word."""
 import json
 import math
+import shutil
 import statistics
 
 import pytest
+
+from conftest import study_file
 from scipy import stats
 
-from experiments import compare, report, study_specs
+from experiments import compare, report, sections, study_specs
+from experiments.studies.why_forget_confirm import analysis as changes
 from experiments.intervals import benjamini_hochberg, holm, paired_comparison
 from test_report import _run
 
@@ -98,11 +102,12 @@ def _spec_files(tmp_path, monkeypatch, specs):
     studies.mkdir()
     for name, (runs, family) in specs.items():
         (tmp_path / "results" / f"{name}.json").write_text(json.dumps(runs))
-        (studies / f"{name}.yaml").write_text(
+        study_file(studies, name).write_text(
             f"title: '{name}'\ncommands: [\"ovq-cl sweep cfg.yaml --name {name} --out results\"]\n"
             f"results: [results/{name}.json]\nbaseline: ovq\nverdict: '{name} stream'\nfamily: '{family}'\n")
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    monkeypatch.setattr(sections, "PROJECT_DIR", str(tmp_path))
 
 
 def test_duplicate_evidence_is_one_row_and_holm_counts_each_test_once(tmp_path, monkeypatch):
@@ -176,18 +181,18 @@ def test_the_fast_wilcoxon_is_scipys_on_ties_zeros_and_every_size():
     assert wilcoxon_test([0.5, 0.5], [0.5, 0.5]) == (0.0, 1.0)
 
 
-def test_pairs_made_by_other_code_are_refused_unless_declared_comparable(tmp_path, monkeypatch):
+def test_pairs_made_by_other_code_are_refused(tmp_path, monkeypatch):
     runs = [_ovq(s) for s in range(5)] + [_write_once(s) for s in range(5)]
     for d in runs[5:]:
         d["code_version"] = "code-new"
     _spec_files(tmp_path, monkeypatch, {"a": (runs, "F")})
     (entry,) = report.verdict_entries(study_specs.all_studies())
     assert entry.row is None and "refused (frozenstate)" in entry.note and "code-new, not recorded" in entry.note
-    spec = tmp_path / "studies" / "a.yaml"
-    spec.write_text(spec.read_text() + "comparable_code: [code-new, not recorded]\n"
-                    "comparable_because: 'report --verify reproduced both'\n")
+    for d in runs[5:]:                    # one code version on both sides: read
+        d["code_version"] = None
+    (tmp_path / "results" / "a.json").write_text(json.dumps(runs))
     (entry,) = report.verdict_entries(study_specs.all_studies())
-    assert entry.row is not None and entry.row.code_versions == {"code-new", "not recorded"}
+    assert entry.row is not None and entry.row.code_versions == {"not recorded"}
 
 
 @pytest.mark.slow
@@ -208,10 +213,11 @@ def test_report_verify_reruns_one_seed_per_configuration_and_fails_on_an_altered
                "--grid 'seed=0;1' --name toy --out results")
     studies = tmp_path / "studies"
     studies.mkdir()
-    (studies / "toy.yaml").write_text(yaml.safe_dump({
+    study_file(studies, "toy").write_text(yaml.safe_dump({
         "title": "Toy", "commands": [command], "results": ["results/toy.json"], "baseline": "ovq", "verdict": "toy"}))
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    monkeypatch.setattr(sections, "PROJECT_DIR", str(tmp_path))
     grid = {"model.layers": ["[ovq]", "[linear]"], "seed": ["0", "1"]}
     configs = expand("cfg.yaml", ["checkpoint.enabled=false", f"tracking.tracking_uri=sqlite:///{tmp_path / 'm.db'}"], grid)
     run_sweep(configs, "toy", grid=grid, out="results", announce=lambda m: None, show=lambda t: None)
@@ -301,11 +307,12 @@ def _confirmatory(tmp_path, monkeypatch, runs, mixers, seeds=10):
     studies.mkdir()
     layers = ";".join(f"[{m}]" for m in ["ovq", *mixers])
     grid = ";".join(str(s) for s in range(seeds))
-    (studies / "c.yaml").write_text(
+    study_file(studies, "c").write_text(
         f"title: 'c'\ncommands: [\"ovq-cl sweep cfg.yaml --grid 'model.layers={layers}' --grid 'seed={grid}' --name c --out results\"]\n"
         "results: [results/c.json]\nbaseline: ovq\nverdict: 'c stream'\nfamily: 'C'\nconfirmatory: true\n")
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    monkeypatch.setattr(sections, "PROJECT_DIR", str(tmp_path))
     return {e.row.other.split(" ")[0]: e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row}
 
 
@@ -410,11 +417,12 @@ def test_a_seed_run_again_by_a_later_code_pairs_within_one_version_whatever_the_
         (tmp_path / "results").mkdir(exist_ok=True)
         (tmp_path / "studies").mkdir(exist_ok=True)
         (tmp_path / "results" / "a.json").write_text(json.dumps(order))
-        (tmp_path / "studies" / "a.yaml").write_text(
+        study_file(tmp_path / "studies", "a").write_text(
             "title: 'a'\ncommands: [\"ovq-cl sweep cfg.yaml --name a --out results\"]\n"
             "results: [results/a.json]\nbaseline: ovq\nverdict: 'a stream'\nfamily: 'F'\n")
         monkeypatch.setattr(study_specs, "STUDIES_DIR", str(tmp_path / "studies"))
         monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+        monkeypatch.setattr(sections, "PROJECT_DIR", str(tmp_path))
         entries = [e for e in report.verdict_entries(study_specs.all_studies()) if e.row or e.note.startswith("refused")]
         (entry,) = [e for e in entries if "frozenstate" in (e.row.other if e.row else e.note)]
         assert entry.row is not None and entry.row.code_versions == {"code-a"} and entry.row.primary.n == 5
@@ -443,7 +451,7 @@ def test_holm_bounds_hold_the_adjusted_p_whatever_the_unknown_p_values_turn_out_
 
 
 def test_what_changed_sets_each_mixers_row_beside_the_earlier_studys_unpaired(tmp_path, monkeypatch):
-    """A study with ``changed_from`` prints, mixer by mixer, the earlier study's verdict row beside its own:
+    """A study with the section ``verdict_changes: {since: NAME}`` (study 21-confirm's own renderer) prints, mixer by mixer, the earlier study's verdict row beside its own:
     the verdict table's words (each in its own family), the mean final averages over each row's pairs, the
     pairs each used; a mixer the earlier study lacks says "no row"; nothing pairs runs across the two."""
     earlier = ([_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)] + [_final("delta", s, 0.3) for s in range(10)]
@@ -453,12 +461,13 @@ def test_what_changed_sets_each_mixers_row_beside_the_earlier_studys_unpaired(tm
              + [{**_final("vq", s, 0.9), "code_version": "code-b"} for s in range(5)])     # refused: other code
     _spec_files(tmp_path, monkeypatch, {"a": (earlier, "F"), "b": (later, "G")})
     studies = tmp_path / "studies"
-    (studies / "a.yaml").write_text((studies / "a.yaml").read_text().replace("title: 'a'", "title: '13. a'"))
-    (studies / "b.yaml").write_text((studies / "b.yaml").read_text().replace("title: 'b'", "title: '23. b'")
-                                    + "changed_from: a\n")
+    study_file(studies, "a").write_text(study_file(studies, "a").read_text().replace("title: 'a'", "title: '13. a'"))
+    study_file(studies, "b").write_text(study_file(studies, "b").read_text().replace("title: 'b'", "title: '23. b'")
+                                    + "sections: [summary, {verdict_changes: {since: a}}]\n")
+    shutil.copy(changes.__file__, studies / "b" / "analysis.py")
     spec = study_specs.load_study("b")
     rows = {e.row.other: e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row}
-    table = report.changed_table(spec).splitlines()
+    table = changes.changed_table(spec, "a").splitlines()
     assert table[0].startswith("| mixer | study 13: final average, OVQ / mixer") and "study 23: verdict" in table[0]
     assert [line.split(" | ")[0] for line in table[2:]] == ["| delta", "| full", "| ssm", "| vq"]   # either study's
     delta, full, ssm, vq = (line.split(" | ") for line in table[2:])
@@ -472,14 +481,15 @@ def test_what_changed_sets_each_mixers_row_beside_the_earlier_studys_unpaired(tm
     # the same words as the verdict table's rows, each in its own family
     assert rows["ssm"].primary_verdict == "OVQ holds more" and ssm[8].startswith("OVQ holds more (Holm p")
     assert rows["ssm"].final_means == pytest.approx((0.9, 0.54))
-    # the section prints it; a changed_from without verdict rows, or naming no study, is refused
-    assert "What changed in the verdict: this study's verdict rows beside study 13's" in report.section(spec)
-    (studies / "c.yaml").write_text("title: 'c'\nchanged_from: a\n")
-    with pytest.raises(ValueError, match="changed_from needs verdict rows"):
-        study_specs.load_study("c")
-    (studies / "c.yaml").write_text("title: 'c'\nverdict: 'c'\nchanged_from: nosuch\n")
-    with pytest.raises(ValueError, match="changed_from names no study: 'nosuch'"):
-        study_specs.load_study("c")
+    # the section prints it; the section without verdict rows, or naming no study, is refused
+    assert "What changed in the verdict: this study's verdict rows beside study 13's" in sections.section(spec)
+    shutil.copy(changes.__file__, studies / "a" / "analysis.py")
+    study_file(studies, "a").write_text("title: 'c'\nsections: [{verdict_changes: {since: b}}]\n")
+    with pytest.raises(ValueError, match="needs verdict rows of its own"):
+        study_specs.load_study("a")
+    study_file(studies, "a").write_text("title: 'c'\nverdict: 'c'\nsections: [{verdict_changes: {since: nosuch}}]\n")
+    with pytest.raises(ValueError, match="since names no study: 'nosuch'"):
+        study_specs.load_study("a")
 
 
 def test_a_param_a_run_does_not_list_is_named_by_its_absent_value_in_a_rows_label():

@@ -5,9 +5,11 @@ import copy
 import json
 
 import pytest
+
+from conftest import study_file
 import yaml
 
-from experiments import claims, report, study_specs, verify
+from experiments import claims, report, sections, study_specs, verify
 from experiments.verify import configuration_label, row_state
 
 COMMAND = ("ovq-cl sweep cfg.yaml checkpoint.enabled=false --grid 'model.layers=[ovq];[linear]' "
@@ -42,11 +44,12 @@ def _project(tmp_path, monkeypatch, records, claim_list=()):
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(_config()))
     studies = tmp_path / "studies"
     studies.mkdir(exist_ok=True)
-    (studies / "toy.yaml").write_text(yaml.safe_dump({
+    study_file(studies, "toy").write_text(yaml.safe_dump({
         "title": "Toy", "commands": [COMMAND], "results": ["results/toy.json"], "baseline": "ovq", "verdict": "toy"}))
     (tmp_path / "claims.yaml").write_text(yaml.safe_dump({"claims": list(claim_list)}))
     monkeypatch.setattr(study_specs, "STUDIES_DIR", str(studies))
     monkeypatch.setattr(report, "PROJECT_DIR", str(tmp_path))
+    monkeypatch.setattr(sections, "PROJECT_DIR", str(tmp_path))
     _own_claims(monkeypatch, str(tmp_path / "claims.yaml"))
     _write(tmp_path, records)
 

@@ -38,7 +38,7 @@ class GatedDeltaNetOptions(MixerOptions):
     chunk_size: int = 64
     backend: str = "auto"
     dt_min: float = 0.001
-    # defaults from experiments/searches/baseline_choices.py (associative recall, head dim 16, 3 seeds, 300
+    # defaults from experiments/studies/baseline_choices/search.py (associative recall, head dim 16, 3 seeds, 300
     # steps): no gate, dt_max 0.01: 0.836; no gate, fla's dt_max 0.1: 0.570; + conv 0.407; fla's layer
     # (gate + conv): 0.051; gate: 0.082. DeltaNet (decay False): 0.949, + conv 0.743.
     dt_max: float = 0.01
@@ -67,7 +67,7 @@ class GatedDeltaNet(Mixer):
     ``g = -exp(A_log) softplus(W_a x + dt_bias)`` (Mamba-2 style decay; g = 0 with ``decay=False``);
     the output is RMS-normalised per head (``output_norm``), and gated by ``silu(W_g x)`` with
     ``output_gate`` (fla's layer; off by default: at head dim 16 on associative recall it kept the layer
-    at chance, ``experiments/searches/baseline_choices.py``). fla's layer also has ``short_conv=4``; off
+    at chance, ``experiments/studies/baseline_choices/search.py``). fla's layer also has ``short_conv=4``; off
     by default here, where the LM's token shift gives every mixer alike a look at the previous token.
     """
 

@@ -30,7 +30,7 @@ class LinearAttentionOptions(MixerOptions):
     output_norm: per-head RMSNorm of the output before o_proj (Based and fla's linear attention
     layer have one)."""
 
-    # defaults from experiments/searches/baseline_choices.py (associative recall, head dim 16, 3 seeds,
+    # defaults from experiments/studies/baseline_choices/search.py (associative recall, head dim 16, 3 seeds,
     # 300 steps): taylor + output_norm 0.999, taylor 0.978, elu1 0.135, elu1 + output_norm 0.217
     feature_map: str = "taylor"          # "taylor" has Based's 1/sqrt(d) built in: keep query_scale "none" with it
     normalize: bool = True

@@ -31,7 +31,7 @@ class SSMOptions(MixerOptions):
 
     chunk_size: int = 64
     dt_min: float = 0.001
-    # defaults from experiments/searches/baseline_choices.py (associative recall, head dim 16, 3 seeds, 300
+    # defaults from experiments/studies/baseline_choices/search.py (associative recall, head dim 16, 3 seeds, 300
     # steps): conv 4 + dt_max 0.01: 0.607; conv 4: 0.578; dt_max 0.01: 0.493; neither: 0.283; gate: 0.059
     dt_max: float = 0.01
     output_gate: bool = False

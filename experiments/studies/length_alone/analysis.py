@@ -1,7 +1,7 @@
 """Did two studies' runs that meta-train the same model get the same meta-training?
 
 A study that reuses another study's models (study 25 reads section 22's: the same config file, seeds and
-code; only the probes differ) declares it (``meta_shared_with`` in its YAML). Where the meta-training
+code; only the probes differ) declares it (the section ``meta_agreement: {with_study: NAME}`` in its spec). Where the meta-training
 cache of one checkout held the other study's weights, a run loads them and its history is the other's by
 construction; where it did not (a run made in another checkout, or on another machine), the run trains
 again, and the same code, seed and data should give the same weights bit for bit. Float sums in another
@@ -130,3 +130,32 @@ def agreement_table(here: Sequence[Dict[str, Any]], there: Sequence[Dict[str, An
     n_same = sum(a.identical for a in rows)
     lines += ["", f"{n_same} of {len(rows)} runs have the other study's meta-training history bit for bit."]
     return "\n".join(lines)
+
+
+def render(ctx, with_study: str) -> List[str]:
+    """Each run's meta-training against that of the study ``with_study`` (a folder's name) whose models
+    this study meta-trains again or loads (:func:`agreement_table`)."""
+    from experiments.report import study_number
+    from experiments.sections import _raw
+    from experiments.study_specs import load_study
+
+    other = load_study(with_study)
+    table = agreement_table(ctx.raw, _raw(other, ctx.root))
+    if not table:
+        return []
+    return [f"Meta-training against {study_number(other.title)}'s (each run against that study's runs "
+            "of the same seed, model, stream and meta-training settings: its logged history, bit for bit, "
+            "and the last logged loss; a run whose meta-training was `shared` loaded another run's "
+            "weights and history from the checkout's cache, so it is identical by construction; one "
+            "`trained` trained again):", "", table, ""]
+
+
+def _check(spec, with_study: str) -> None:
+    from experiments.study_specs import study_names
+
+    if with_study not in study_names():
+        raise ValueError(f"study {spec.name}: section 'meta_agreement': with_study names no study: {with_study!r}")
+
+
+render.check = _check
+SECTIONS = {"meta_agreement": render}

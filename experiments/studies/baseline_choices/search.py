@@ -1,6 +1,6 @@
 """A small documented search for the baselines' layer choices, on the demo's associative recall.
 
-    python -m experiments.searches.baseline_choices [--seeds 3] [--steps 600] --out results/baseline_choices.json
+    python -m experiments.studies.baseline_choices.search [--seeds 3] [--steps 600] --out results/baseline_choices.json
 
 Each candidate trains the demo's model at the study scale (2 layers, d_model 64, 4 heads of head dim
 16: the narrowest heads the studies use, where the choices matter most) for ``--steps`` steps on

@@ -288,3 +288,31 @@ def rule_table(streams: Sequence[Tuple[str, List[compare.RunRecord]]], baseline:
                      f"{p} | {c.outcome} |")
     sentence, _ = decision(cells, [name for name, _ in streams], seeds, unwritten)
     return "\n".join(lines + ["", sentence])
+
+
+def render(ctx, seeds: int) -> List[str]:
+    """The section's declared decision: every rule against the spec's ``baseline`` on each stream (its
+    ``partition``), final average, paired over seeds, with ``seeds`` pairs each (:func:`rule_table`)."""
+    from experiments.report import unfinished_sweeps
+    from experiments.sections import _partitions
+
+    spec = ctx.spec
+    # a stream whose sweep has not started is not in the records at all, and one whose sweep is running
+    # has some of its runs: either holds the decision
+    missing = unfinished_sweeps(spec, ctx.root)
+    # every run, of every code version: each comparison pairs within one version, which a later version's
+    # rerun of some seeds must not take away
+    table = rule_table(_partitions(ctx.every_run, spec.partition, spec.partition_default), spec.baseline, seeds, missing)
+    return ["The declared decision (`rule_on_every_stream`, applied by `experiments/studies/ovq_plasticity/analysis.py`: "
+            f"every rule against `{spec.baseline}` on each stream ({spec.partition}), final average, paired over seeds; "
+            "which rule where: Holm over each stream's rules; a rule on every stream: the intersection-union "
+            "test, Holm over the rules):", "", table or "(no pairs yet)", ""]
+
+
+def _check(spec, seeds: int) -> None:
+    if not (spec.baseline and spec.partition and seeds >= 2):
+        raise ValueError(f"study {spec.name}: section 'rule_answer' needs the spec's baseline and partition and seeds >= 2")
+
+
+render.check = _check
+SECTIONS = {"rule_answer": render}

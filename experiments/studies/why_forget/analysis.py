@@ -478,3 +478,22 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
     if grid:
         lines += ["", f"{'Provisional grid' if unwritten else 'Grid'} for the confirmatory re-run, by this rule: `{grid}`"]
     return "\n".join(lines)
+
+
+def render(ctx, within: str, baseline: str, treatment: str, seeds: int, rerun_budget: Optional[float] = None) -> List[str]:
+    """The section's declared answer: per value of ``within`` (a mixer), each configuration matching
+    ``treatment`` against ``baseline``, paired over seeds, Holm over the rows (:func:`answer_table`); a row
+    waits for the sweeps still to run that make configurations it reads, and for the reruns at
+    ``rerun_budget`` the budget rule asked for."""
+    from experiments.report import unfinished_sweeps
+
+    # only sweeps that run configurations the answer reads hold it (not, e.g., probes at other budgets)
+    unwritten = unfinished_sweeps(ctx.spec, ctx.root, [baseline, treatment])
+    table = answer_table(ctx.records, within, baseline, treatment, unwritten=unwritten, seeds=seeds,
+                         rerun_budget=rerun_budget)
+    return ["The declared answer (`training_or_rule`, applied by `experiments/studies/why_forget/analysis.py`: per "
+            f"mixer, each configuration matching `{treatment}` against `{baseline}`, paired over seeds, "
+            "Holm over the rows):", "", table or "(no pairs yet)", ""]
+
+
+SECTIONS = {"horizon_answer": render}
