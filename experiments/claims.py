@@ -16,7 +16,7 @@ is about (``ours``), the mixers it is compared with (``against``), the endpoint 
   (its lead is not credited; a significant loss still reads "opposite"), "neither learned" where
   neither did, and, at a point of a probe's curve, "both at the floor" where both sides' mean skill
   there is below the learned gate's bar. None of these is read as evidence either way. A "yes" whose
-  winner stopped learning (``compare.stopped_learning_at``: an experience after the first whose
+  winner stopped learning (``stats.learning.stopped_learning_at``: an experience after the first whose
   learning score fell below the stream gate's bar) names it: "yes; ovq stopped learning on 5/5 seeds
   (from exp 2)" (experiences count from 0), and so does the verdict. With a declared ``margin`` (an
   equivalence margin, fixed before the runs), a comparison with no difference detected is read again by
@@ -109,8 +109,10 @@ from omegaconf import OmegaConf
 
 from experiments import compare
 from experiments.config import GateSection
-from experiments.intervals import (PairedComparison, detectable_difference, equivalence_p, holm_bounds,
-                                   paired_comparison)
+from experiments.stats import learning, pairing
+from experiments.stats.intervals import PairedComparison, paired_comparison
+from experiments.stats.multiple import holm_bounds
+from experiments.stats.power import detectable_difference, equivalence_p, paired_sd
 from strategies.evaluation.metrics import higher_is_better
 
 CLAIMS_FILE = os.path.join(os.path.dirname(__file__), "claims.yaml")
@@ -360,13 +362,13 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
     never pooled)."""
     if claim.kind == "fails_to_learn":
         return _fails_to_learn(claim, ours, theirs, name)
-    v, pairs, left_out, across = compare.pairs_in_one_version(ours, theirs, _measured(claim))
+    v, pairs, left_out, across = pairing.pairs_in_one_version(ours, theirs, _measured(claim))
     if v is None:
-        if compare.pairs_in_one_version(ours, theirs)[1]:       # pairs within a version, none measured it
+        if pairing.pairs_in_one_version(ours, theirs)[1]:       # pairs within a version, none measured it
             return _Comparison(name, "not measured", f"vs {name}: not measured (no pair of runs with "
                                f"{claim.endpoint})", count=0, waits=False)
         if across:                                               # seeds shared only across versions
-            versions = {compare.version_of(r) for r in ours + theirs}
+            versions = {pairing.version_of(r) for r in ours + theirs}
             return _Comparison(name, "refused", f"vs {name}: refused (its seeds and ours were run by {len(versions)} "
                                "code versions, none shared within one)", waits=False)
         return _Comparison(name, "no shared seeds", f"vs {name}: no seed run by both yet")
@@ -393,12 +395,10 @@ def _compare(claim: Claim, ours: List[compare.RunRecord], theirs: List[compare.R
 
 def _stopped(runs: Sequence[compare.RunRecord]) -> tuple:
     """(runs that stopped learning, runs whose learning could be measured, the earliest experience one
-    stopped at, or None): ``compare.stopped_learning_at`` over ``runs``, so that a win by a memory that
-    stopped taking new facts names it."""
-    measured = [r for r in runs if any(not math.isnan(x) for x in compare.experience_skills(r))
-                and not math.isnan(r.stream_threshold)]
-    at = [j for j in (compare.stopped_learning_at(r) for r in measured) if j is not None]
-    return len(at), len(measured), (min(at) if at else None)
+    stopped at, or None): :func:`experiments.stats.learning.stopped` over ``runs``, so that a win by a
+    memory that stopped taking new facts names it."""
+    s = learning.stopped(runs)
+    return s.stopped, s.measured, s.earliest
 
 
 def _stopped_words(claim: Claim, cmp: _Comparison) -> str:
@@ -417,10 +417,10 @@ def _detectable(cmp: _Comparison, family_size: int) -> str:
     over these pairs finds with 80% power at the observed spread of the differences, at 5% and, in a
     family, at Holm's first step (5% / the family's size, the bar its smallest p must pass)."""
     ours, theirs = cmp.values
-    d = [x - y for x, y in zip(ours, theirs) if not (math.isnan(x) or math.isnan(y))]
-    if len(d) < 2:
+    n = sum(1 for x, y in zip(ours, theirs) if not (math.isnan(x) or math.isnan(y)))
+    if n < 2:
         return ""
-    sd, n = statistics.stdev(d), len(d)
+    sd = paired_sd(ours, theirs)
     at_five = detectable_difference(sd, n)
     # the word is read at the Holm p: the verdict quotes the effect at Holm's first step, the stricter bar
     cmp.detectable = detectable_difference(sd, n, alpha=0.05 / max(family_size, 1))
@@ -474,11 +474,11 @@ def _fails_to_learn(claim: Claim, ours: List[compare.RunRecord], theirs: List[co
     """Each side's runs, one per replicate (the latest): every seed of theirs learned nothing, ours learned
     on most. Nothing is paired here (each run's gates are its own), so seeds made by different code
     versions are read together, and the cell says how many versions they span."""
-    mine, their_runs = compare.latest_per_replicate(ours), compare.latest_per_replicate(theirs)
+    mine, their_runs = pairing.latest_per_replicate(ours), pairing.latest_per_replicate(theirs)
     nothing = [r for r in their_runs.values() if _learned_nothing(r)]
     ours_learned = sum(r.learned is True for r in mine.values())
     best = max((r.gate_skill for r in their_runs.values() if not math.isnan(r.gate_skill)), default=math.nan)
-    versions = {compare.version_of(r) for r in list(mine.values()) + list(their_runs.values())}
+    versions = {pairing.version_of(r) for r in list(mine.values()) + list(their_runs.values())}
     ok = len(nothing) == len(their_runs) and _most(ours_learned, len(mine))
     cell = (f"{name}: {len(nothing)}/{len(their_runs)} seeds learned nothing (held-out and stream skill < "
             f"{GateSection.min_stream_skill:g}; best held-out skill {best:.2f}; {claim.ours}: {ours_learned}/"
@@ -781,7 +781,7 @@ def evaluate_claims(claims: List[Claim], root: str,
     and a member's ``family_also`` (the declared family's tests no row shows) counts too. A declared test
     still to come (no runs yet, or fewer pairs than its claim declares) has no p yet: the adjustment is
     made with it at p = 1 (the Holm p shown) and at p = 0, and a comparison's word is read only where both
-    agree (``intervals.holm_bounds``); a comparison short of its pairs says no word at all. A family's
+    agree (``stats.multiple.holm_bounds``); a comparison short of its pairs says no word at all. A family's
     verdicts wait until every member has its declared pairs (a member still pending would move the
     others' adjusted p).
 

@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from experiments.config import SEED_KEYS
-from experiments.intervals import detectable_difference, mean_interval, paired_comparison
+from experiments.stats.intervals import mean_interval, paired_comparison
+from experiments.stats.learning import late_learning, stopped_summary
+from experiments.stats.pairing import latest_per_replicate, pairs_against, pairs_in_one_version
+from experiments.stats.power import detectable_difference, paired_sd
 from strategies.evaluation import forgetting
 
 SCORES = ("final_average", "learning_average")
@@ -188,66 +191,6 @@ def derived_memory(params: Dict[str, Any]) -> Tuple[List[int], int]:
         pass
     _DERIVED[key] = out
     return out
-
-
-def experience_skills(r: RunRecord) -> List[float]:
-    """Skill of each experience's learning score R[j][j] against that experience's chance (the best
-    context-free predictor on its own test labels; the stream's pooled chance for a record whose stream
-    could not be rebuilt): 0 at chance, 1 perfect; NaN where unknown."""
-    from strategies.evaluation.metrics import skill
-
-    if not r.R:
-        return []
-    if len(r.stream_chances) == len(r.R):
-        chances = list(r.stream_chances)
-    elif not math.isnan(r.stream_chance):
-        chances = [r.stream_chance] * len(r.R)
-    else:
-        return []
-    return [math.nan if r.R[j][j] is None else skill(r.metric, r.R[j][j], chances[j]) for j in range(len(r.R))]
-
-
-def stopped_learning_at(r: RunRecord) -> Optional[int]:
-    """The per-experience learning gate: the first experience j >= 1 whose learning score is below the
-    stream gate's skill threshold after experience 0 passed it (a memory that stopped taking new facts),
-    None when every experience passes, or when experience 0 did not (that run did not learn at all,
-    which the run's own gates say). A finding shown in the tables, not an exclusion."""
-    return _stopped_at(experience_skills(r), r.stream_threshold)
-
-
-def _stopped_at(skills: List[float], threshold: float) -> Optional[int]:
-    """:func:`stopped_learning_at` on a run's per-experience skills, computed once by the caller."""
-    if not skills or math.isnan(threshold) or not skills[0] >= threshold:
-        return None
-    for j, s in enumerate(skills[1:], 1):
-        if not s >= threshold:
-            return j
-    return None
-
-
-def late_learning(r: RunRecord) -> float:
-    """Plasticity after the first experience: the mean learning score R[j][j] over j >= 1."""
-    values = [r.R[j][j] for j in range(1, len(r.R or [])) if r.R[j][j] is not None]
-    return statistics.fmean(values) if values else math.nan
-
-
-def stopped_summary(runs: Sequence[RunRecord]) -> str:
-    """``"0/5"``, or ``"3/5 (from exp 1)"``: runs that stopped learning, and the earliest experience.
-    A run that never passed the bar on experience 0 cannot stop and is not counted as one that kept
-    learning either: ``"0/5 (5 never learned exp 0)"``. A run whose learning scores cannot be read
-    against chance (no R matrix or no stream chance, e.g. an MLflow run that logged no R and whose stream
-    cannot be rebuilt) is unmeasured, never counted as "did not stop": ``"1/3 (from exp 2; 2 unmeasured)"``, or
-    ``"unmeasured"`` when no run is measured."""
-    skills = [(experience_skills(r), r.stream_threshold) for r in runs]
-    measured = [(s, t) for s, t in skills if any(not math.isnan(x) for x in s) and not math.isnan(t)]
-    unmeasured = len(runs) - len(measured)
-    if runs and not measured:
-        return "unmeasured"
-    at = [j for j in (_stopped_at(s, t) for s, t in measured) if j is not None]
-    never = sum(not s[0] >= t for s, t in measured)
-    notes = (([f"from exp {min(at)}"] if at else []) + ([f"{never} never learned exp 0"] if never else [])
-             + ([f"{unmeasured} unmeasured"] if unmeasured else []))
-    return f"{len(at)}/{len(measured)}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def record_from_result(result) -> RunRecord:
@@ -711,59 +654,11 @@ def position_table(records: Iterable[RunRecord]) -> str:
     return "\n".join(lines)
 
 
-def version_of(r: RunRecord) -> str:
-    return r.code_version or "code version not recorded"
-
-
-def latest_per_replicate(runs: Iterable[RunRecord]) -> Dict[Tuple, RunRecord]:
-    """One run per replicate: a replicate run twice by one code (``--rerun``, two sweeps listing it) is
-    the latest run (``finished_at``; a record's place in its list where it has no time), as
-    :func:`deduplicated` keeps it."""
-    out: Dict[Tuple, RunRecord] = {}
-    for r in runs:
-        if r.replicate not in out or r.finished_at >= out[r.replicate].finished_at:
-            out[r.replicate] = r
-    return out
-
-
-def pairs_in_one_version(mine: Sequence[RunRecord], other: Sequence[RunRecord],
-                         measured: Callable[[RunRecord, RunRecord], bool] = lambda a, b: True):
-    """Pairs ``mine`` with ``other`` on the replicates both ran with one code version: the version whose
-    pairs ``measured`` accepts most often (of two alike, the one holding the latest run). Returns
-    (version or None, [(mine, other)] of that version's measured pairs, runs of other versions left
-    out, whether some replicate is shared only across versions)."""
-    best = None
-    for v in sorted({version_of(r) for r in mine} & {version_of(r) for r in other}):
-        a = latest_per_replicate(r for r in mine if version_of(r) == v)
-        b = latest_per_replicate(r for r in other if version_of(r) == v)
-        pairs = [(a[s], b[s]) for s in sorted(set(a) & set(b), key=str) if measured(a[s], b[s])]
-        rank = (len(pairs), max([x.finished_at for pair in pairs for x in pair], default=-math.inf))
-        if pairs and (best is None or rank > best[0]):
-            best = (rank, v, pairs)
-    across = bool(set(latest_per_replicate(mine)) & set(latest_per_replicate(other)))
-    if best is None:
-        return None, [], 0, across
-    _, v, pairs = best
-    left_out = sum(version_of(r) != v for r in list(mine) + list(other))
-    return v, pairs, left_out, across
-
-
-def pairs_against(groups: Dict[str, List[RunRecord]], base_key: str):
-    """(key, [(run, baseline run)]) for every other group, its runs paired with the baseline's on the
-    replicates (seed of model, seed of data) both ran."""
-    base = {r.replicate: r for r in groups[base_key]}
-    for key in sorted(groups):
-        if key == base_key:
-            continue
-        others = {r.replicate: r for r in groups[key]}
-        yield key, [(others[s], base[s]) for s in sorted(set(base) & set(others), key=str)]
-
-
 def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
     """Every configuration against ``baseline`` on the bits per byte of the last position bucket of each
     domain (the longest contexts), paired over the replicates both ran, Holm over the table's rows.
     '' when no run has position curves."""
-    from experiments.intervals import holm
+    from experiments.stats.multiple import holm
 
     groups = {k: [r for r in v if (r.position or {}).get("curves")] for k, v in group_records(records).items()}
     groups = {k: v for k, v in groups.items() if v}
@@ -797,7 +692,7 @@ def capacity_paired_table(records: Iterable[RunRecord], pairs: Sequence[Sequence
     replicates both ran with one code version, with the mean skill of each side; Holm over the whole
     table, the declared family, in which a point without a test counts as p = 1. '' when no run has a
     capacity curve."""
-    from experiments.intervals import holm
+    from experiments.stats.multiple import holm
 
     groups = {k: [r for r in v if capacity_points(r)] for k, v in group_records(records).items()}
     groups = {k: v for k, v in groups.items() if v}
@@ -968,7 +863,7 @@ def paired_table(records: Iterable[RunRecord], baseline: str, columns: Optional[
     either run did not learn are dropped. ``columns`` (default: :data:`PAIRED_COLUMNS`, plus
     :data:`PAIRED_CURRENT_COLUMNS` when some run was scored against the facts in force) are summary names or
     ``current:NAME``."""
-    from experiments.intervals import holm
+    from experiments.stats.multiple import holm
 
     records = list(records)
     if columns is None:
@@ -1131,12 +1026,6 @@ def _learned_of_measured(pairs, value: Callable) -> Tuple[int, int]:
     return sum(b.learned is True for _, b in kept), sum(a.learned is True for a, _ in kept)
 
 
-def _difference_sd(a: Sequence[float], b: Sequence[float]) -> float:
-    """The sample standard deviation of ``a - b`` over the pairs where both are finite (NaN for fewer than 2)."""
-    d = [x - y for x, y in zip(a, b) if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
-    return statistics.stdev(d) if len(d) >= 2 else math.nan
-
-
 def _pair_means(a: Sequence[float], b: Sequence[float]) -> Tuple[float, float]:
     """The means of ``a`` and of ``b`` over the pairs where both are finite, as ``paired_comparison``
     keeps them (NaN for none)."""
@@ -1190,7 +1079,7 @@ def verdict_rows(records: Iterable[RunRecord], baseline: str) -> List[VerdictRow
                                primary=primary, late_learning=late,
                                final_means=_pair_means([col(b, "final_average") for _, b in pairs],
                                                        [col(a, "final_average") for a, _ in pairs]),
-                               primary_sd=_difference_sd([col(b, "final_average") for _, b in pairs],
+                               primary_sd=paired_sd([col(b, "final_average") for _, b in pairs],
                                                          [col(a, "final_average") for a, _ in pairs]),
                                learned_primary=_learned_of_measured(pairs, lambda r: col(r, "final_average")),
                                shared_bytes=(_mean_shared(groups[base_key]), _mean_shared(groups[key])),

@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from omegaconf import OmegaConf
 
 from experiments import compare
-from experiments.intervals import holm, holm_bounds
+from experiments.stats.multiple import holm, holm_bounds
 from experiments.sections import PROJECT_DIR, _partitions, _raw, section
 from experiments.study_specs import StudySpec, all_studies, load_study
 

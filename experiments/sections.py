@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from experiments import compare
+from experiments.stats import pairing
 from experiments.plateau import GAIN_SHARE, PLATEAU_GAIN, last_quarter_gains
 from experiments.plateau import meta_rows as _meta_rows
 from experiments.plateau import steps_to_gain_share as _steps_to_gain_share
@@ -157,7 +158,7 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.intervals import mean_interval
+    from experiments.stats.intervals import mean_interval
 
     by_mixer: Dict[str, list] = {}
     groups = compare.group_records(records)
@@ -218,7 +219,7 @@ def plot_plane(records: List[compare.RunRecord], path: str, title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.intervals import mean_interval
+    from experiments.stats.intervals import mean_interval
 
     from strategies.evaluation.metrics import higher_is_better
 
@@ -291,7 +292,7 @@ def _mixer_settings(groups: Dict[str, list], ignore=lambda param: False) -> Dict
 def _final_current(runs: List[compare.RunRecord], name: str):
     """Mean and 95% interval over seeds of a final-row score against the facts in force. Every run
     counts, learned or not: a memory that stops learning must show as one (it updates nothing)."""
-    from experiments.intervals import mean_interval
+    from experiments.stats.intervals import mean_interval
 
     return mean_interval([r.summary_current.get(name, float("nan")) for r in runs])
 
@@ -317,7 +318,7 @@ def frontier_axes(records: List[compare.RunRecord]):
     stream whose facts change, retained (unchanged old facts) against updated (changed facts answered with
     the new value), from the final row against the facts in force; on any other stream, kept (the final
     row on the experiences before the last) against learned (R[j][j] of every later experience)."""
-    from experiments.intervals import mean_interval
+    from experiments.stats.intervals import mean_interval
     from strategies.evaluation.metrics import higher_is_better
 
     if any("retained_fraction" in r.summary_current for r in records):
@@ -366,7 +367,7 @@ def frontier_table(records: List[compare.RunRecord]) -> str:
     """The frontier's numbers: per mixer and setting, its two axes (:func:`frontier_axes`, 95% CI over
     seeds), the final average (against the facts in force where the stream has them: the primary
     endpoint), how many runs learned, state bytes."""
-    from experiments.intervals import mean_interval
+    from experiments.stats.intervals import mean_interval
 
     x_name, x_of, y_name, y_of, _ = frontier_axes(records)
     changing = any("retained_fraction" in r.summary_current for r in records)
@@ -546,7 +547,7 @@ def probe_curve_series(records: List[compare.RunRecord]) -> Dict[str, Dict[str, 
     the score at each), ``"interference: KIND"`` (x = intervening items of that kind, the recall of the
     facts before them) and ``"position: DOMAIN"`` (x = the position bucket's upper edge in bytes, its bits
     per byte). A configuration is in a panel when some run measured that curve."""
-    from experiments.intervals import mean_interval
+    from experiments.stats.intervals import mean_interval
 
     panels: Dict[str, Dict[str, list]] = {}
     for key, runs in sorted(compare.group_records(records).items()):
@@ -691,8 +692,8 @@ def _cross_version_pairs(records: List[compare.RunRecord], baseline: str) -> str
     except ValueError:
         return ""
     out = []
-    for key, pairs in compare.pairs_against(groups, base_key):
-        k = sum(compare.version_of(a) != compare.version_of(b) for a, b in pairs)
+    for key, pairs in pairing.pairs_against(groups, base_key):
+        k = sum(pairing.version_of(a) != pairing.version_of(b) for a, b in pairs)
         if k:
             out.append(f"{key} ({k} of {len(pairs)})")
     return ", ".join(out)

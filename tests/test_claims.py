@@ -7,7 +7,7 @@ import pytest
 
 from experiments import claims
 from experiments.claims import Claim, evaluate
-from experiments.intervals import paired_comparison
+from experiments.stats.intervals import paired_comparison
 
 
 def _run(layers, seed, final, learned=True, version="code-a", metric="accuracy", skill=None):
@@ -308,7 +308,7 @@ def test_claims_of_one_family_share_one_holm_adjustment(tmp_path):
     together = [claims.replace(c, family="section 21") for c in apart]
     p = lambda results: [float(r.cells[0].split("Holm p ")[1].split(",")[0]) for r in results]
     raw, joint = p(claims.evaluate_claims(apart, root)), p(claims.evaluate_claims(together, root))
-    from experiments.intervals import holm
+    from experiments.stats.multiple import holm
     assert joint == pytest.approx(holm(raw), rel=0.05) and min(joint) > min(raw)
 
 
@@ -557,7 +557,7 @@ def test_a_family_counts_each_test_once_and_the_tests_no_row_shows(tmp_path):
     rows = [Claim("a", "t", against=["ssm", "vq"], results=["results/f.json"], seeds=5, family="F", family_also=["linear"]),
             Claim("b", "t", against=["ssm"], results=["results/f.json"], seeds=5, family="F")]
     a, b = claims.evaluate_claims(rows, root)
-    from experiments.intervals import holm
+    from experiments.stats.multiple import holm
     expected = dict(zip(alone, holm(list(alone.values()))))
     assert p(a.cells[0]) == pytest.approx(expected["ssm"], rel=0.05) and p(b.cells[0]) == p(a.cells[0])
     assert p(a.cells[1]) == pytest.approx(expected["vq"], rel=0.05)
@@ -748,7 +748,7 @@ def test_a_winner_that_stopped_learning_is_named_in_the_word_and_the_verdict(tmp
 
 
 def test_no_difference_says_the_smallest_effect_the_test_could_detect(root):
-    from experiments.intervals import detectable_difference
+    from experiments.stats.power import detectable_difference
 
     result = evaluate(Claim("c", "t", against=["linear"], results=["results/a.json"]), root)
     assert result.answers == ["no difference detected"]
@@ -839,7 +839,7 @@ def test_the_readme_findings_table_is_the_generated_one():
 
 
 def test_a_more_claim_with_a_declared_margin_reads_difference_equivalence_or_not_decided(tmp_path):
-    from experiments.intervals import equivalence_p
+    from experiments.stats.power import equivalence_p
 
     runs = [_run("ovq", s, 0.60 + 0.01 * s) for s in range(10)]
     runs += [_run("delta", s, 0.60 + 0.01 * s + 0.004 * (-1) ** s) for s in range(10)]      # within +-0.05

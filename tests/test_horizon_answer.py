@@ -7,7 +7,7 @@ import pytest
 
 from experiments import compare, sections, study_specs
 from experiments.studies.why_forget import analysis as horizon_answer
-from experiments.intervals import holm
+from experiments.stats.multiple import holm
 
 STANDARD = "* | stream.options.meta_sequence_episodes=4"
 LONG = "* | stream.options.meta_sequence_episodes=32"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments.intervals import detectable_difference, equivalence_p, equivalence_power, equivalence_seeds
+from experiments.stats.power import detectable_difference, equivalence_p, equivalence_power, equivalence_seeds
 
 
 def _simulated_tost_power(sd, n, margin, true_difference, alpha=0.05, trials=10000, seed=0):

@@ -100,10 +100,11 @@ def test_checkpoint_resume_gives_the_same_final_metrics(in_tmp):
     assert [r["status"] for r in runs] == ["FINISHED"] and runs[0]["tags"]["resumed_at_experience"] == "1"
     assert load_checkpoint(result_path)["next_experience"] == 3
     from experiments import compare
+    from experiments.stats import learning
 
     [back] = compare.mlflow_records("resumed", uri)             # R and tokens read back from both attempts' logs
     assert back.R == straight.R and back.tokens_after == straight.tokens_after
-    assert compare.stopped_summary([back]) != "unmeasured"
+    assert learning.stopped_summary([back]) != "unmeasured"
 
 
 def test_a_nan_loss_fails_the_run_and_keeps_the_last_checkpoint(in_tmp, monkeypatch):

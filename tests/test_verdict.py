@@ -11,8 +11,10 @@ from conftest import study_file
 from scipy import stats
 
 from experiments import compare, report, sections, study_specs
+from experiments.stats import learning
 from experiments.studies.why_forget_confirm import analysis as changes
-from experiments.intervals import benjamini_hochberg, holm, paired_comparison
+from experiments.stats.intervals import paired_comparison
+from experiments.stats.multiple import benjamini_hochberg, holm
 from test_report import _run
 
 CHANCE = 0.1
@@ -50,6 +52,20 @@ def test_holm_and_bh_equal_a_hand_computation():
     assert holm([0.2]) == [0.2] and holm([]) == []
 
 
+def test_holm_and_bh_equal_statsmodels_on_random_families():
+    """The hand-written Holm (called for every table) against statsmodels' ``multipletests``, and BH too,
+    on families of 1-12 tests with ties and p-values near 0 and 1."""
+    import random
+
+    from statsmodels.stats.multitest import multipletests
+
+    rng = random.Random(3)
+    for _ in range(20):
+        p = [round(rng.random() ** 3, rng.choice([2, 6])) for _ in range(rng.randint(1, 12))]
+        assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]), abs=1e-15)
+        assert benjamini_hochberg(p) == pytest.approx(list(multipletests(p, method="fdr_bh")[1]), abs=1e-12)
+
+
 def test_holm_ignores_untested_entries_wherever_they_stand():
     # NaN (or None) in the middle once scrambled the sort: holm([0.03, nan, 0.01]) gave [0.06, nan, 0.06]
     assert holm([0.03, math.nan, 0.01])[::2] == pytest.approx([0.03, 0.02])
@@ -81,8 +97,8 @@ def test_a_write_once_or_never_writing_memory_is_not_reported_as_the_better_memo
     # plasticity beside stability: the write-once memory stopped learning at experience 1, on every seed
     assert once.stopped == ("0/5", "5/5 (from exp 1)")
     assert once.late_learning.mean_difference == pytest.approx(0.8, abs=0.01)
-    assert compare.stopped_learning_at(records[5]) == 1 and compare.stopped_learning_at(records[0]) is None
-    assert compare.stopped_learning_at(records[10]) is None          # never learned at all: its gates say so
+    assert learning.stopped_learning_at(records[5]) == 1 and learning.stopped_learning_at(records[0]) is None
+    assert learning.stopped_learning_at(records[10]) is None          # never learned at all: its gates say so
     assert never.stopped == ("0/5", "0/5 (5 never learned exp 0)")   # ... and its count does not hide it
 
 
@@ -91,9 +107,9 @@ def test_a_run_whose_learning_cannot_be_read_is_unmeasured_not_counted_as_still_
     once = [compare.record_from_json(_write_once(s)) for s in range(3)]
     # a record whose learning scores cannot be read: no R matrix, no stream chance
     blind = [dataclasses.replace(r, R=[], stream_chances=[], stream_chance=float("nan")) for r in once]
-    assert compare.stopped_summary(blind) == "unmeasured"
-    assert compare.stopped_summary(once[:1] + blind[1:]) == "1/1 (from exp 1; 2 unmeasured)"
-    assert compare.stopped_summary(once) == "3/3 (from exp 1)"
+    assert learning.stopped_summary(blind) == "unmeasured"
+    assert learning.stopped_summary(once[:1] + blind[1:]) == "1/1 (from exp 1; 2 unmeasured)"
+    assert learning.stopped_summary(once) == "3/3 (from exp 1)"
 
 
 def _spec_files(tmp_path, monkeypatch, specs):
@@ -158,7 +174,7 @@ def test_the_fast_wilcoxon_is_scipys_on_ties_zeros_and_every_size():
     import random
     import warnings
 
-    from experiments.intervals import wilcoxon_test
+    from experiments.stats.intervals import wilcoxon_test
 
     rng = random.Random(0)
     kinds = {"permuted": 0, "exact": 0, "approximated": 0}
@@ -434,7 +450,7 @@ def test_holm_bounds_hold_the_adjusted_p_whatever_the_unknown_p_values_turn_out_
     p-values inside the bounds."""
     import random
 
-    from experiments.intervals import holm_bounds
+    from experiments.stats.multiple import holm_bounds
 
     rng = random.Random(0)
     for _ in range(500):
@@ -506,7 +522,7 @@ def test_a_param_a_run_does_not_list_is_named_by_its_absent_value_in_a_rows_labe
 def test_the_verdict_words_count_who_learned_over_the_primarys_pairs_and_read_the_spread_of_the_data(tmp_path, monkeypatch):
     """From records: the other side's gates count only where learned is True and the pair measured the
     final average; "no difference detected" quotes the power at the data's own paired SD."""
-    from experiments.intervals import detectable_difference
+    from experiments.stats.power import detectable_difference
 
     ovq = [_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)]
     ssm = [_final("ssm", s, 0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)]

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from experiments import compare
-from experiments.intervals import holm, holm_bounds, paired_comparison
+from experiments.stats import pairing
+from experiments.stats.intervals import paired_comparison
+from experiments.stats.multiple import holm, holm_bounds
 from strategies.evaluation.metrics import higher_is_better
 
 ALPHA = 0.05
@@ -74,7 +76,7 @@ class RuleCell:
     @property
     def untested(self) -> bool:
         """Pairs enough for a test, but every one differs by the same nonzero amount: no t-test is made
-        (:func:`experiments.intervals.paired_comparison`), so neither "wins" nor "no difference" is known."""
+        (:func:`experiments.stats.intervals.paired_comparison`), so neither "wins" nor "no difference" is known."""
         c = self.comparison
         return c.n >= 2 and math.isnan(c.p_t) and c.mean_difference != 0
 
@@ -125,7 +127,7 @@ def _value_text(v) -> str:
 
 def rule_cells(streams: Sequence[Tuple[str, List[compare.RunRecord]]], baseline: str, seeds: int = 0) -> List[RuleCell]:
     """Every rule against ``baseline`` on every stream (``[(stream name, its records)]``), each paired within
-    one code version (:func:`experiments.compare.pairs_in_one_version`: the version with the most pairs; the
+    one code version (:func:`experiments.pairing.pairs_in_one_version`: the version with the most pairs; the
     runs of other versions are left out and counted), Holm within each stream over every rule seen on any
     stream (a rule with no runs on a stream yet, or whose comparison is not complete, has no p yet: the
     adjustment is made with it at p = 1 and at p = 0; a complete comparison with no t-test counts at its
@@ -166,7 +168,7 @@ def rule_cells(streams: Sequence[Tuple[str, List[compare.RunRecord]]], baseline:
         for rule, mine in by_rule.items():
             if rule == base_id:
                 continue
-            version, pairs, left_out, across = compare.pairs_in_one_version(mine, by_rule[base_id], measured)
+            version, pairs, left_out, across = pairing.pairs_in_one_version(mine, by_rule[base_id], measured)
             c = paired_comparison([compare._column_value(a, column) for a, _ in pairs],
                                   [compare._column_value(b, column) for _, b in pairs])
             label = ", ".join(f"{compare._short(k)}={v}" for k, v in rule if base_identity.get(k) != v) or str(rule)

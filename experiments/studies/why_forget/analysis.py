@@ -45,7 +45,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from experiments import compare, plateau
-from experiments.intervals import holm, holm_bounds, paired_comparison
+from experiments.stats import pairing
+from experiments.stats.intervals import paired_comparison
+from experiments.stats.multiple import holm, holm_bounds
 
 #: the declared thresholds (study 17): skill on recalled answers for "learns the long task", the level
 #: of the Holm-adjusted test on the final average
@@ -282,7 +284,7 @@ def recipe_rows(records: Sequence[compare.RunRecord], by: str, standard: str, tr
                                       groups)
         _check_budget_pairs("+".join(compare._layers(mixer)) or mixer, treatments, groups)
         standard_awaits = _awaits(groups[standards[0]], rerun_budget, "the standard recipe is")
-        for key, pairs in compare.pairs_against(groups, standards[0]):
+        for key, pairs in pairing.pairs_against(groups, standards[0]):
             if key not in treatments:
                 continue
             final = paired_comparison([t.summary.get("final_average", math.nan) for t, _ in pairs],

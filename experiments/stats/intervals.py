@@ -1,13 +1,12 @@
-"""Uncertainty over seeds, with scipy: intervals for one configuration, paired tests between two, and
-the adjustment of a family of tests for their number.
+"""Uncertainty over seeds, with scipy: intervals for one configuration and paired tests between two.
 
 Replicates of a configuration are its runs over seeds (model and data). Two configurations run on the
 same seeds are compared *paired*: each seed's difference, so that what the seed changes (the facts,
 the initialisation) cancels. Beside the paired t-test (which assumes normal differences) come the
 exact Wilcoxon signed-rank test (no such assumption; note that with n pairs its smallest two-sided p
 is 2 / 2^n: 0.0625 at n = 5, so 5 seeds can never reach 0.05 without normality) and a bootstrap
-percentile interval of the mean difference. Many tests in one family are adjusted with Holm's
-step-down method (family-wise error) and, for reference, Benjamini-Hochberg (false discovery rate).
+percentile interval of the mean difference. A family of tests is adjusted in
+:mod:`experiments.stats.multiple`; power and equivalence are :mod:`experiments.stats.power`.
 """
 from __future__ import annotations
 
@@ -159,126 +158,3 @@ def bootstrap_interval(differences: Sequence[float], level: float = 0.95):
     res = stats.bootstrap((d,), np.mean, confidence_level=level, n_resamples=BOOTSTRAP_RESAMPLES,
                           method="percentile", rng=np.random.default_rng(BOOTSTRAP_SEED))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def holm(pvalues: Sequence[float]) -> list:
-    """Holm's step-down adjusted p-values (family-wise error over the family ``pvalues``), in the input
-    order. NaN p-values (tests that could not be made) stay NaN and do not count in the family size.
-
-    With the m finite p-values sorted, p_(1) <= ... <= p_(m): adj_(k) = max_{i<=k} min(1, (m - i + 1) p_(i)).
-    """
-    # drop the untested before sorting: NaN compares false with everything, so a NaN among the keys
-    # leaves the sort order undefined (holm([0.03, nan, 0.01]) once gave [0.06, nan, 0.06])
-    order = sorted((i for i, p in enumerate(pvalues) if p is not None and not math.isnan(p)),
-                   key=lambda i: pvalues[i])
-    m = len(order)
-    out = [math.nan] * len(pvalues)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        out[i] = running
-    return out
-
-
-def holm_bounds(ranges: Sequence[Tuple[float, float]]) -> Tuple[list, list]:
-    """Holm over a family some of whose p-values are not known yet: each test is a range (lo, hi) of the p it
-    can have ((p, p) for a test made, (0, 1) for one still to come or with no t-test to make, (1, 1) for
-    one that counts but can never be read). Returns the adjusted p-values with every test at its lowest and
-    at its highest. Holm's adjusted p is nondecreasing in every p of the family, so whatever the unknowns
-    turn out to be, each test's adjusted p lies between the two: a reading the same at both is final."""
-    return holm([lo for lo, _ in ranges]), holm([hi for _, hi in ranges])
-
-
-def benjamini_hochberg(pvalues: Sequence[float]) -> list:
-    """Benjamini-Hochberg adjusted p-values (scipy.stats.false_discovery_control), NaN kept in place."""
-    idx = [i for i, p in enumerate(pvalues) if p is not None and not math.isnan(p)]
-    out = [math.nan] * len(pvalues)
-    if idx:
-        adjusted = stats.false_discovery_control([pvalues[i] for i in idx], method="bh")
-        for i, a in zip(idx, np.atleast_1d(adjusted)):
-            out[i] = float(a)
-    return out
-
-
-def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """The smallest true mean difference a two-sided paired t-test over ``n`` pairs at level ``alpha`` finds
-    with probability ``power``, when the paired differences have standard deviation ``sd``
-    (statsmodels' ``TTestPower``: Cohen's d_z solved for, times ``sd``). What "no difference detected"
-    could have seen: a difference smaller than this was likely to be missed. NaN with fewer than 2 pairs
-    or an unknown spread; 0 for a spread of 0."""
-    if n < 2 or not math.isfinite(sd):
-        return math.nan
-    if sd == 0:
-        return 0.0
-    from statsmodels.stats.power import TTestPower
-
-    d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
-    return float(np.asarray(d).item()) * sd
-
-
-def equivalence_p(a: Sequence[float], b: Sequence[float], margin: float) -> float:
-    """The p of two one-sided paired t-tests (TOST, statsmodels' ``ttost_paired``) that ``a - b`` lies
-    inside (-margin, +margin): small when the pairs show equivalence at that margin, the larger of the
-    two one-sided p. Pairs with a missing side are dropped; NaN with fewer than 2 pairs or zero spread."""
-    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
-    if len(pairs) < 2 or not margin > 0:
-        return math.nan
-    xa, xb = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-    if np.std(xa - xb) == 0:
-        return math.nan
-    from statsmodels.stats.weightstats import ttost_paired
-
-    return float(ttost_paired(xa, xb, -margin, margin)[0])
-
-
-def equivalence_power(sd: float, n: int, margin: float, alpha: float = 0.05, true_difference: float = 0.0) -> float:
-    """The probability that two one-sided paired t-tests at level ``alpha`` (TOST) show equivalence within
-    +-``margin`` over ``n`` pairs whose differences are normal with standard deviation ``sd`` and mean
-    ``true_difference``. Exact: given the sample SD s, both tests reject when the mean lies in
-    (-margin + t s / sqrt(n), margin - t s / sqrt(n)) (t the one-sided critical value), the mean is normal
-    and independent of s, and (n - 1) s^2 / sd^2 is chi-square with n - 1 degrees of freedom, over which
-    the probability is integrated (scipy)."""
-    from scipy import integrate
-    from scipy import stats as _stats
-
-    if n < 2 or not (sd > 0 and margin > 0):
-        return math.nan
-    df = n - 1
-    t_crit = _stats.t.ppf(1 - alpha, df)
-    root_n = math.sqrt(n)
-
-    def given(q: float) -> float:               # q = (n - 1) s^2 / sd^2
-        half = margin - t_crit * sd * math.sqrt(q / df) / root_n
-        if half <= 0:
-            return 0.0
-        z = root_n / sd
-        return float(_stats.norm.cdf((half - true_difference) * z) - _stats.norm.cdf((-half - true_difference) * z))
-
-    # the acceptance region is empty past q_max: integrate up to there only
-    q_max = df * (margin * root_n / (t_crit * sd)) ** 2
-    # and over the chi-square's mass alone (past 1e-12 in each tail): quad would miss a narrow peak far out
-    lo, hi = _stats.chi2.ppf(1e-12, df), min(q_max, _stats.chi2.ppf(1 - 1e-12, df))
-    if hi <= lo:
-        return 0.0
-    value, _ = integrate.quad(lambda q: given(q) * _stats.chi2.pdf(q, df), lo, hi, limit=200)
-    return min(1.0, max(0.0, float(value)))
-
-
-def equivalence_seeds(sd: float, margin: float, alpha: float = 0.05, power: float = 0.8,
-                      true_difference: float = 0.0, most: int = 1000) -> int:
-    """The fewest pairs that give two one-sided tests at ``alpha`` the ``power`` to show equivalence within
-    +-``margin`` (:func:`equivalence_power`), when the true difference is ``true_difference`` and the paired
-    differences have standard deviation ``sd``; ``most`` + 1 where even ``most`` pairs fall short."""
-    def enough(n: int) -> bool:
-        return equivalence_power(sd, n, margin, alpha, true_difference) >= power
-
-    if not enough(most):
-        return most + 1
-    low, high = 1, most                # power grows with n: bisect for the fewest that reach it
-    while high - low > 1:
-        mid = (low + high) // 2
-        if enough(mid):
-            high = mid
-        else:
-            low = mid
-    return high
