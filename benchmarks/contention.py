@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-seconds", type=float, default=60.0, help="stop repeating a layer after this long")
     p.add_argument("--out", default=os.environ.get("OUT") or "outputs/benchmarks/contention")
     args = p.parse_args(argv)
+    from experiments.threads import auto_threads
     from ovq_cl.layers import build_mixer
     from ovq_cl.ops.ovq import threads as loop
 
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
         return run
 
     variants["ovq (inherit)"] = ovq_with("inherit")
-    variants["ovq (auto)"] = ovq_with("auto")
+    variants["ovq (auto)"] = ovq_with(auto_threads)
     def sdpa():
         with torch.no_grad():
             return layers["full"](x)
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
         stop.set()
         for proc in procs:
             proc.join(timeout=10)
-    loop.set_loop_threads("auto")
+    loop.set_loop_threads("inherit")
     med = {c: {n: statistics.median(t) for n, t in r.items()} for c, r in results.items()}
     slow = {n: med["loaded"][n] / med["idle"][n] for n in variants}
     rows = [[n, f"{min(results['idle'][n]):.3f} / {med['idle'][n]:.3f} s",

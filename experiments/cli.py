@@ -53,6 +53,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command in ("run", "sweep", "study"):
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        from experiments.threads import install_loop_threads
+
+        install_loop_threads()      # OVQ's loop threads: this process's policy (OVQ_CL_LOOP_THREADS, else auto)
         return _dispatch(args, parser)
     except KeyboardInterrupt as interrupt:
         if not (_terminated or isinstance(interrupt, Terminated)):

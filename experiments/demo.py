@@ -106,6 +106,9 @@ def format_table(results: List[DemoResult], seq_len: int) -> str:
 def run_demo(cfg: Optional[DemoConfig] = None, progress: bool = True) -> List[DemoResult]:
     cfg = cfg or DemoConfig()
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    from experiments.threads import install_loop_threads
+
+    install_loop_threads()          # OVQ's loop threads: the process's policy, as a run's
     results = [train_one(kind, cfg, progress) for kind in cfg.mixers]
     budget = "each mixer's own size" if cfg.state_budget is None else f"state budget {cfg.state_budget:,} B per layer and lane"
     print(f"associative recall: {cfg.task.n_pairs} pairs, {cfg.task.n_queries} queries, T={cfg.task.seq_len}, "

@@ -51,6 +51,7 @@ from experiments.code_version import code_version, plugin_source_hash
 from experiments.config import RunConfig, with_data_seed
 from experiments.run_lock import meta_training_lock, run_lock
 from experiments.run_result import RunResult, combined_gate, delay_flag
+from experiments.threads import install_loop_threads
 from experiments.tracking.params import default_tracking_uri, store_key
 from experiments.tracking.lifecycle import (avalanche_loggers, close_orphans, run_exists, run_tracker,
                                            unfinished_elsewhere)
@@ -222,6 +223,7 @@ def run(cfg: RunConfig, parent_run_id: Optional[str] = None, stop_after: Optiona
     run does (reuse, resume, where).
     """
     started = time.perf_counter()
+    install_loop_threads()          # the OVQ loop's thread policy is the run's, not the op's
     resolved = resolve(cfg)
     if not resolved.main:                                   # one voice: rank 0's
         announce = _silent

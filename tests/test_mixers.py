@@ -171,7 +171,7 @@ def test_linear_attention_chunked_equals_recurrence_and_explicit_sum(fmap, norma
     o_r, s_r = linear_attention_recurrent(q, k, v, fmap, normalize)
     assert rel_err(o, o_r) < 1e-10 and rel_err(s.S, s_r.S) < 1e-10 and rel_err(s.z, s_r.z) < 1e-10
     # independent quadratic form: o_t = sum_{s<=t} (phi(q_t).phi(k_s)) v_s [/ sum_{s<=t} phi(q_t).phi(k_s)]
-    from ovq_cl.ops.linear.naive import feature_map
+    from ovq_cl.ops.linear import feature_map
     phi = feature_map(fmap)
     a = torch.einsum("bthd,bshd->bhts", phi(q), phi(k)).tril()
     ref = torch.einsum("bhts,bshd->bthd", a, v)

@@ -28,7 +28,7 @@ class DeltaState(MixerState):
 
 @dataclasses.dataclass(frozen=True)
 class GatedDeltaNetOptions(MixerOptions):
-    """chunk_size: tokens per chunk of the WY form; backend: auto | naive | recurrent | fla; dt_min,
+    """chunk_size: tokens per chunk of the WY form; backend: auto | chunk | naive (the token-by-token oracle) | fla; dt_min,
     dt_max: the initial decay step sizes are log-uniform in [dt_min, dt_max] (fla's are 0.001, 0.1; our
     default dt_max 0.01 starts the decays slower);
     short_conv: kernel size of a causal depthwise conv + SiLU on q, k, v before q, k are L2-normalised

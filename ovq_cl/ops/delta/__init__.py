@@ -1,7 +1,7 @@
 """Gated delta rule: ``gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state)``.
 
 ``backend="auto"`` uses flash-linear-attention's Triton kernel on CUDA when ``fla`` is installed
-(the optional extra ``ovq-cl[cuda]``), the chunked PyTorch reference otherwise, and also for training
+(the optional extra ``ovq-cl[cuda]``), the chunked PyTorch form (``chunk.py``) otherwise, and also for training
 on NVIDIA Hopper GPUs with the Triton versions for which fla refuses its own gated backward.
 """
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Optional, Tuple
 
 import torch
 
-from ovq_cl.ops.delta.naive import gated_delta_rule_chunked, gated_delta_rule_recurrent
+from ovq_cl.ops.delta.chunk import gated_delta_rule_chunked
+from ovq_cl.ops.delta.naive import gated_delta_rule_recurrent
 
-BACKENDS = ("auto", "naive", "recurrent", "fla")
+BACKENDS = ("auto", "chunk", "naive", "fla")          # chunk: the chunked form; naive: the token-by-token oracle
 
 
 def _fla_kernel():
@@ -54,7 +55,7 @@ def gated_delta_rule(
     """q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; g, beta: [B, T, H]; initial_state [B, H, Dk, Dv]."""
     if backend not in BACKENDS:
         raise ValueError(f"gated_delta_rule: backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "recurrent":
+    if backend == "naive":
         return gated_delta_rule_recurrent(q, k, v, g, beta, scale, initial_state, output_final_state)
     if backend == "fla" or (backend == "auto" and q.is_cuda):
         kernel = _fla_kernel()
