@@ -102,163 +102,201 @@ def _user_error(line: str) -> int:
 
 
 def _dispatch(args, parser) -> int:
+    """Loads the plugins, then runs the subcommand's handler (one function each, below)."""
     if getattr(args, "plugin", None):
         from ovq_cl.base import load_plugins
 
         load_plugins(args.plugin)
-
-    if args.command == "demo":
-        from experiments.demo import DemoConfig, run_demo
-        from ovq_cl.layers import MIXERS
-
-        cfg = DemoConfig(seed=args.seed)
-        if args.mixers:
-            from experiments.demo import layer_pattern
-
-            cfg.mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
-            unknown = [p for m in cfg.mixers for p in layer_pattern(m) if p not in MIXERS]
-            if unknown:
-                parser.error(f"unknown mixer(s) {unknown}; known: {sorted(MIXERS)}")
-        if args.steps is not None:
-            if args.steps < 1:
-                parser.error("--steps must be >= 1")
-            cfg.steps = args.steps
-        if args.state_budget is not None:
-            if args.state_budget.lower() == "none":
-                cfg.state_budget = None
-            elif not args.state_budget.isdigit() or int(args.state_budget) < 1:
-                parser.error(f"--state-budget must be a positive number of bytes or 'none', got {args.state_budget!r}")
-            else:
-                cfg.state_budget = int(args.state_budget)
-        run_demo(cfg, progress=not args.no_progress)
-    elif args.command == "run":
-        from experiments.config import run_config
-        from experiments.runner import run
-
-        cfg = run_config(args.config, args.overrides, plugins=args.plugin)
-        cfg.progress = shown_progress(cfg.progress, args.quiet)
-        from strategies.training import distributed
-
-        try:
-            result = run(cfg, rerun=args.rerun, announce=silent if args.quiet else say)
-        finally:
-            distributed.stop()
-        if distributed.launched() and os.environ.get("RANK", "0") != "0":
-            return 0                                  # under torchrun rank 0 prints the result
-        _print_result(result)
-    elif args.command in ("sweep", "study") and _under_torchrun():
+    if args.command in ("sweep", "study") and _under_torchrun():
         raise ValueError(f"ovq-cl {args.command} under torchrun: run each config with 'torchrun ... -m "
                          "experiments.cli run CONFIG', or spread a sweep's trials with --backend ray")
-    elif args.command == "sweep":
-        from experiments.config import check_writable
-        from experiments.sweep import check_backend, expand, parse_grid, run_sweep
+    return HANDLERS[args.command](args, parser)
 
-        grid = parse_grid(args.grid)
-        check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
-        configs = expand(args.config, args.overrides, grid, plugins=args.plugin)   # every config checked first
-        for cfg in configs:
-            cfg.progress = shown_progress(cfg.progress, args.quiet)
-        check_writable(args.out, "sweep --out")                 # before any run, not after all of them
-        (silent if args.quiet else say)(f"ovq-cl: sweep {args.name}: {len(configs)} runs")
-        results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun,
-                                      announce=silent if args.quiet else say, backend=args.backend,
-                                      ray_address=args.ray_address, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus,
-                                      quiet=args.quiet)
-        for label, err in failures:
-            print(f"FAILED {label}: {err}")
-        return 1 if failures else 0
-    elif args.command == "compare":
-        import json
 
-        from experiments import compare
+def _demo(args, parser) -> int:
+    """ovq-cl demo: every mixer on associative recall, trained here (the README's table)."""
+    from experiments.demo import DemoConfig, run_demo
+    from ovq_cl.layers import MIXERS
 
-        if args.json:
-            records = [compare.record_from_json(d) for path in args.json for d in json.load(open(path))]
+    cfg = DemoConfig(seed=args.seed)
+    if args.mixers:
+        from experiments.demo import layer_pattern
+
+        cfg.mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
+        unknown = [p for m in cfg.mixers for p in layer_pattern(m) if p not in MIXERS]
+        if unknown:
+            parser.error(f"unknown mixer(s) {unknown}; known: {sorted(MIXERS)}")
+    if args.steps is not None:
+        if args.steps < 1:
+            parser.error("--steps must be >= 1")
+        cfg.steps = args.steps
+    if args.state_budget is not None:
+        if args.state_budget.lower() == "none":
+            cfg.state_budget = None
+        elif not args.state_budget.isdigit() or int(args.state_budget) < 1:
+            parser.error(f"--state-budget must be a positive number of bytes or 'none', got {args.state_budget!r}")
         else:
-            records = compare.mlflow_records(args.experiment, args.tracking_uri, args.filter)
-        if not records:
-            print("ovq-cl: no finished runs found", file=sys.stderr)
-            return 1
-        records, notes = compare.deduplicated(records)
-        for note in notes:
-            print(f"ovq-cl: {note}", file=sys.stderr)
-        print(compare.summary_table(records))
-        if args.baseline:
-            print()
-            print(compare.paired_table(records, args.baseline))
-    elif args.command == "merge":
-        from experiments.sweep import merge_record_files
-
-        written, dropped = merge_record_files(args.out, args.json)
-        say(f"ovq-cl: merge: {written} run records in {args.out}" + (f" ({dropped} repeats kept once)" if dropped else ""))
-    elif args.command == "pieces":
-        from experiments.pieces import study_pieces
-        from experiments.report import PROJECT_DIR
-        from experiments.study_specs import load_study
-
-        spec = load_study(args.name)
-        pieces = study_pieces(spec, PROJECT_DIR, order=args.order, include_held=args.all)
-        if args.check:
-            from experiments.pieces import check_pieces
-
-            checks = check_pieces(pieces, spec, PROJECT_DIR, args.check, announce=say)
-            bad = [c for c in checks if not c.ok]
-            say(f"ovq-cl: pieces --check: {len(checks) - len(bad)} of {len(checks)} configurations ran on tiny sizes"
-                f" (of {len(pieces)} runs to run)" + (f"; {len(bad)} failed, logs under {args.check}/logs" if bad else ""))
-            return 1 if bad else 0
-        for piece in pieces:
-            print(piece.line())
-        pinned = sorted({p.commit for p in pieces if p.commit})
-        say(f"ovq-cl: pieces: {len(pieces)} runs of study {args.name} to run" +
-            (f", from commit {', '.join(pinned)} (a checkout of its own, with its own .venv)" if pinned else ""))
-        known = [p.minutes for p in pieces if p.minutes]
-        if known:
-            say(f"ovq-cl: pieces: expected wall time (the longest of each configuration's finished runs): "
-                f"{sum(known) / 60:.1f} h for {len(known)} of them" + (", the others unknown" if len(known) < len(pieces) else ""))
-        for study_file in dict.fromkeys(p.study_file for p in pieces):
-            say(f"ovq-cl: pieces: as each finishes, here: ovq-cl merge {study_file} <checkout>/<its piece file>")
-    elif args.command == "study":
-        from experiments.study import run_study
-
-        from experiments.sweep import check_backend
-
-        check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
-        sweep_args = [] if args.backend == "serial" else (
-            ["--backend", args.backend, "--trial-cpus", str(args.trial_cpus), "--trial-gpus", str(args.trial_gpus)]
-            + (["--ray-address", args.ray_address] if args.ray_address else []))
-        return run_study(args.name, main, smoke=args.smoke, sweep_args=sweep_args, skip_pinned=args.skip_pinned)
-    elif args.command == "report":
-        from experiments.report import write_report
-
-        if args.verify:
-            from experiments.study_specs import all_studies
-            from experiments.verify import DIFFERS, summary, verify, write_verification
-
-            checks = verify(all_studies(), only=args.verify_only, limit=args.verify_limit, announce=say)
-            kept = write_verification(checks)
-            if args.verify_only and not checks:
-                say(f"ovq-cl: report --verify: no configuration's label contains {args.verify_only!r}")
-            if any(c.status == DIFFERS for c in checks):
-                print(f"ovq-cl: report --verify: {summary(checks)}: a configuration made by today's code does not "
-                      f"reproduce its stored R bit for bit (listed above, kept in {kept}); RESULTS.md not written",
-                      file=sys.stderr)
-                return 1
-            say(f"ovq-cl: report --verify: {summary(checks)} (kept in {kept})")
-        print(write_report(args.out))
-    elif args.command == "state-sizes":
-        from experiments.state_sizes import parse_mixer_options, state_size_table
-
-        lengths = [int(t) for t in args.lengths.split(",") if t.strip()]
-        d_model, heads, budget, options = args.d_model, args.heads, args.budget, parse_mixer_options(args.option)
-        if args.as_demo:
-            from experiments.demo import DemoConfig
-
-            demo = DemoConfig()
-            d_model, heads, budget = demo.d_model, demo.n_heads, demo.state_budget
-            options = {**demo.mixer_options, **options}
-            lengths = [demo.task.seq_len] if args.lengths == LENGTHS_DEFAULT else lengths
-        print(state_size_table(lengths, d_model=d_model, n_heads=heads, budget=budget, options=options))
+            cfg.state_budget = int(args.state_budget)
+    run_demo(cfg, progress=not args.no_progress)
     return 0
+
+
+def _run(args, parser) -> int:
+    """ovq-cl run: one configuration: run, resume or reuse it, and print its appendix."""
+    from experiments.config import run_config
+    from experiments.runner import run
+
+    cfg = run_config(args.config, args.overrides, plugins=args.plugin)
+    cfg.progress = shown_progress(cfg.progress, args.quiet)
+    from strategies.training import distributed
+
+    try:
+        result = run(cfg, rerun=args.rerun, announce=silent if args.quiet else say)
+    finally:
+        distributed.stop()
+    if distributed.launched() and os.environ.get("RANK", "0") != "0":
+        return 0                                  # under torchrun rank 0 prints the result
+    _print_result(result)
+    return 0
+
+
+def _sweep(args, parser) -> int:
+    """ovq-cl sweep: a grid of configurations, every one checked before the first runs."""
+    from experiments.config import check_writable
+    from experiments.sweep import check_backend, expand, parse_grid, run_sweep
+
+    grid = parse_grid(args.grid)
+    check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
+    configs = expand(args.config, args.overrides, grid, plugins=args.plugin)   # every config checked first
+    for cfg in configs:
+        cfg.progress = shown_progress(cfg.progress, args.quiet)
+    check_writable(args.out, "sweep --out")                 # before any run, not after all of them
+    (silent if args.quiet else say)(f"ovq-cl: sweep {args.name}: {len(configs)} runs")
+    results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun,
+                                  announce=silent if args.quiet else say, backend=args.backend,
+                                  ray_address=args.ray_address, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus,
+                                  quiet=args.quiet)
+    for label, err in failures:
+        print(f"FAILED {label}: {err}")
+    return 1 if failures else 0
+
+
+def _compare(args, parser) -> int:
+    """ovq-cl compare: summary and paired tables from sweep JSON or an MLflow experiment."""
+    import json
+
+    from experiments import compare
+
+    if args.json:
+        records = [compare.record_from_json(d) for path in args.json for d in json.load(open(path))]
+    else:
+        records = compare.mlflow_records(args.experiment, args.tracking_uri, args.filter)
+    if not records:
+        print("ovq-cl: no finished runs found", file=sys.stderr)
+        return 1
+    records, notes = compare.deduplicated(records)
+    for note in notes:
+        print(f"ovq-cl: {note}", file=sys.stderr)
+    print(compare.summary_table(records))
+    if args.baseline:
+        print()
+        print(compare.paired_table(records, args.baseline))
+    return 0
+
+
+def _merge(args, parser) -> int:
+    """ovq-cl merge: run records merged into one JSON (each run once)."""
+    from experiments.sweep import merge_record_files
+
+    written, dropped = merge_record_files(args.out, args.json)
+    say(f"ovq-cl: merge: {written} run records in {args.out}" + (f" ({dropped} repeats kept once)" if dropped else ""))
+    return 0
+
+
+def _pieces(args, parser) -> int:
+    """ovq-cl pieces: a study's missing runs, one queue line each (or checked tiny with --check)."""
+    from experiments.pieces import study_pieces
+    from experiments.report import PROJECT_DIR
+    from experiments.study_specs import load_study
+
+    spec = load_study(args.name)
+    pieces = study_pieces(spec, PROJECT_DIR, order=args.order, include_held=args.all)
+    if args.check:
+        from experiments.pieces import check_pieces
+
+        checks = check_pieces(pieces, spec, PROJECT_DIR, args.check, announce=say)
+        bad = [c for c in checks if not c.ok]
+        say(f"ovq-cl: pieces --check: {len(checks) - len(bad)} of {len(checks)} configurations ran on tiny sizes"
+            f" (of {len(pieces)} runs to run)" + (f"; {len(bad)} failed, logs under {args.check}/logs" if bad else ""))
+        return 1 if bad else 0
+    for piece in pieces:
+        print(piece.line())
+    pinned = sorted({p.commit for p in pieces if p.commit})
+    say(f"ovq-cl: pieces: {len(pieces)} runs of study {args.name} to run" +
+        (f", from commit {', '.join(pinned)} (a checkout of its own, with its own .venv)" if pinned else ""))
+    known = [p.minutes for p in pieces if p.minutes]
+    if known:
+        say(f"ovq-cl: pieces: expected wall time (the longest of each configuration's finished runs): "
+            f"{sum(known) / 60:.1f} h for {len(known)} of them" + (", the others unknown" if len(known) < len(pieces) else ""))
+    for study_file in dict.fromkeys(p.study_file for p in pieces):
+        say(f"ovq-cl: pieces: as each finishes, here: ovq-cl merge {study_file} <checkout>/<its piece file>")
+    return 0
+
+
+def _study(args, parser) -> int:
+    """ovq-cl study: a study's sweeps, then RESULTS.md."""
+    from experiments.study import run_study
+
+    from experiments.sweep import check_backend
+
+    check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
+    sweep_args = [] if args.backend == "serial" else (
+        ["--backend", args.backend, "--trial-cpus", str(args.trial_cpus), "--trial-gpus", str(args.trial_gpus)]
+        + (["--ray-address", args.ray_address] if args.ray_address else []))
+    return run_study(args.name, main, smoke=args.smoke, sweep_args=sweep_args, skip_pinned=args.skip_pinned)
+
+
+def _report(args, parser) -> int:
+    """ovq-cl report: RESULTS.md (and README's findings table), after --verify where asked."""
+    from experiments.report import write_report
+
+    if args.verify:
+        from experiments.study_specs import all_studies
+        from experiments.verify import DIFFERS, summary, verify, write_verification
+
+        checks = verify(all_studies(), only=args.verify_only, limit=args.verify_limit, announce=say)
+        kept = write_verification(checks)
+        if args.verify_only and not checks:
+            say(f"ovq-cl: report --verify: no configuration's label contains {args.verify_only!r}")
+        if any(c.status == DIFFERS for c in checks):
+            print(f"ovq-cl: report --verify: {summary(checks)}: a configuration made by today's code does not "
+                  f"reproduce its stored R bit for bit (listed above, kept in {kept}); RESULTS.md not written",
+                  file=sys.stderr)
+            return 1
+        say(f"ovq-cl: report --verify: {summary(checks)} (kept in {kept})")
+    print(write_report(args.out))
+    return 0
+
+
+def _state_sizes(args, parser) -> int:
+    """ovq-cl state-sizes: each mixer's state bytes at the given lengths."""
+    from experiments.state_sizes import parse_mixer_options, state_size_table
+
+    lengths = [int(t) for t in args.lengths.split(",") if t.strip()]
+    d_model, heads, budget, options = args.d_model, args.heads, args.budget, parse_mixer_options(args.option)
+    if args.as_demo:
+        from experiments.demo import DemoConfig
+
+        demo = DemoConfig()
+        d_model, heads, budget = demo.d_model, demo.n_heads, demo.state_budget
+        options = {**demo.mixer_options, **options}
+        lengths = [demo.task.seq_len] if args.lengths == LENGTHS_DEFAULT else lengths
+    print(state_size_table(lengths, d_model=d_model, n_heads=heads, budget=budget, options=options))
+    return 0
+
+
+#: each subcommand's handler (``experiments.arguments`` defines the subcommands)
+HANDLERS = {"demo": _demo, "run": _run, "sweep": _sweep, "compare": _compare, "merge": _merge, "pieces": _pieces, "study": _study, "report": _report, "state-sizes": _state_sizes}
 
 
 def shown_progress(configured: Optional[bool], quiet: bool) -> bool:
