@@ -207,7 +207,8 @@ def test_the_before_capacity_table_tells_interference_from_a_full_memory():
 def test_a_curve_without_skill_at_0_items_has_no_half_point_not_an_infinite_one():
     """'Never halves' (>N, the most robust memory) and 'nothing to halve' (no skill at 0 items) are told
     apart: the second is n/a in the tables and NaN for study 17's rule (which drops that seed's pair)."""
-    from experiments import compare, horizon_answer
+    from experiments import compare
+    from experiments.studies.why_forget import analysis as horizon_answer
 
     def record(skill0):
         curve = [{"items": n, "score": 0.01, "chance": 0.02, "skill": s, "standard_error": 0.0, "episodes": 8, "tokens": 2 * n}
