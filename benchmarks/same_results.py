@@ -79,7 +79,7 @@ def record(path: str, meta_steps: int, only: str, limit: int, every: int = 1, sa
             r = run(cfg, rerun=True, announce=lambda m: None)
             done[key] = _exact({"R": r.R, "R_se": r.R_se, "R_n": r.R_n, "current": r.current, "summary": r.summary,
                                 "summary_current": r.summary_current, "gate": r.gate, "stream_gate": r.stream_gate,
-                                "delay": r.delay, "meta_loss": [h.get("loss") for h in r.meta_history],
+                                "probes": _probes(r), "meta_loss": [h.get("loss") for h in r.meta_history],
                                 "parameters": r.parameters, "state_bytes": r.state_bytes})
         except Exception as err:         # recorded: a config that fails before must fail after
             done[key] = {"error": f"{type(err).__name__}: {err}"}
@@ -87,6 +87,14 @@ def record(path: str, meta_steps: int, only: str, limit: int, every: int = 1, sa
         with open(path, "w") as f:          # every finished run kept
             json.dump(done, f, indent=1, sort_keys=True)
     return 0
+
+
+def _probes(r) -> dict:
+    """Every probe's record, from a result of either layout: ``probes`` (since the probe registry) or the
+    four fields that held them before, so that a record made at an older commit compares with a new one."""
+    if hasattr(r, "probes"):
+        return {k: v for k, v in r.probes.items() if v}
+    return {k: getattr(r, k) for k in ("delay", "interference", "capacity", "position") if getattr(r, k, None)}
 
 
 def compare(before: str, after: str) -> int:

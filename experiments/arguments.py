@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                                            "version), e.g. a sweep finished in pieces back into the file its study lists")
     merge_p.add_argument("out", help="the JSON file to write (its own records are kept, first)")
     merge_p.add_argument("json", nargs="+", help="sweep JSON files (ovq-cl sweep --out) to add")
+    migrate_p = sub.add_parser("migrate", help="rewrite sweep JSON files in the current record schema "
+                                               "(experiments.records; reading migrates too: this makes it once)")
+    migrate_p.add_argument("json", nargs="+", help="sweep JSON files (ovq-cl sweep --out)")
     pieces_p = sub.add_parser("pieces", help="a study's runs that its results lack, one sweep command each "
                                              "(COMMIT<TAB>command; '-' unpinned): to run in lanes, then ovq-cl merge")
     pieces_p.add_argument("name", help="the study's name (its folder under experiments/studies/)")

@@ -97,7 +97,6 @@ learning average (a memory that forgets little because it learned little must be
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -109,6 +108,10 @@ from omegaconf import OmegaConf
 
 from experiments import compare
 from experiments.config import GateSection
+from experiments.probes.capacity import capacity_points
+from experiments.probes.interference import curves_of
+from experiments.probes.position import last_position_bucket
+from experiments.records import load_records
 from experiments.stats import learning, pairing
 from experiments.stats.intervals import PairedComparison, paired_comparison
 from experiments.stats.multiple import holm_bounds
@@ -234,16 +237,13 @@ def claim_records(claim: Claim, root: str) -> List[tuple]:
     order = 0
     for rel in claim.results:
         path = os.path.join(root, rel)
-        if not os.path.exists(path):
-            continue
-        with open(path) as fh:
-            for d in json.load(fh):
-                r = compare.record_from_json(d)
-                order += 1
-                if not r.finished_at:
-                    r.finished_at = float(order)
-                if all(str(r.params.get(k)) in [str(v) for v in vs] for k, vs in claim.select.items()):
-                    out.append((rel, d, r))
+        for d in load_records(path):
+            r = compare.record_from_json(d)
+            order += 1
+            if not r.finished_at:
+                r.finished_at = float(order)
+            if all(str(r.params.get(k)) in [str(v) for v in vs] for k, vs in claim.select.items()):
+                out.append((rel, d, r))
     return out
 
 
@@ -255,13 +255,13 @@ def _value(r: compare.RunRecord, endpoint: str, current: bool = True) -> float:
     """One run's endpoint (module docstring); NaN where the run did not measure it. ``current``: read a
     summary endpoint against the facts in force (``summary_current``) where the run has it."""
     if endpoint.startswith("capacity@") or endpoint == "capacity_mean":
-        points = compare.capacity_points(r)
+        points = capacity_points(r)
         if endpoint == "capacity_mean":
             return sum(p["score"] for p in points) / len(points) if points else math.nan
         facts = int(endpoint.split("@", 1)[1])
         return next((float(p["score"]) for p in points if p["facts"] == facts), math.nan)
     if endpoint.startswith("position@"):
-        bucket = compare.last_position_bucket(r, endpoint.split("@", 1)[1])
+        bucket = last_position_bucket(r, endpoint.split("@", 1)[1])
         return float(bucket["bits_per_byte"]) if bucket else math.nan
     if endpoint.startswith("interference@"):
         point = _interference_point(r, endpoint)
@@ -273,7 +273,7 @@ def _value(r: compare.RunRecord, endpoint: str, current: bool = True) -> float:
 def _interference_point(r: compare.RunRecord, endpoint: str):
     """``interference@KIND@ITEMS``: the run's point of KIND's curve at ITEMS items (a dict), or None."""
     _, kind, items = endpoint.split("@")
-    points = ((r.interference or {}).get("curves") or {}).get(kind) or []
+    points = curves_of(r).get(kind) or []
     return next((p for p in points if int(p["items"]) == int(items)), None)
 
 
@@ -286,7 +286,7 @@ def _skill_at(r: compare.RunRecord, endpoint: str) -> float:
     if not endpoint.startswith("capacity@"):
         return math.nan
     facts = int(endpoint.split("@", 1)[1])
-    return next((float(p["skill"]) for p in compare.capacity_points(r) if p["facts"] == facts and "skill" in p),
+    return next((float(p["skill"]) for p in capacity_points(r) if p["facts"] == facts and "skill" in p),
                 math.nan)
 
 
@@ -294,9 +294,9 @@ def _where(r: compare.RunRecord, endpoint: str):
     """What a run's endpoint was measured over, which both runs of a pair must share: the ladder of N for
     ``capacity_mean``, the last bucket's (lo, hi) for ``position@DOMAIN``; None for the other endpoints."""
     if endpoint == "capacity_mean":
-        return tuple(p["facts"] for p in compare.capacity_points(r))
+        return tuple(p["facts"] for p in capacity_points(r))
     if endpoint.startswith("position@"):
-        bucket = compare.last_position_bucket(r, endpoint.split("@", 1)[1])
+        bucket = last_position_bucket(r, endpoint.split("@", 1)[1])
         return (bucket["lo"], bucket["hi"]) if bucket else None
     return None
 

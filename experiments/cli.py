@@ -1,4 +1,4 @@
-"""Command line: ``ovq-cl demo | run | sweep | compare | merge | pieces | study | report | state-sizes``.
+"""Command line: ``ovq-cl demo | run | sweep | compare | merge | migrate | pieces | study | report | state-sizes``.
 
 ``--plugin MODULE`` (run, sweep, state-sizes, demo; repeatable) imports a module of yours first, so the
 mixers, streams, strategies and metrics it registers can be named in configs; packages can instead
@@ -183,12 +183,11 @@ def _sweep(args, parser) -> int:
 
 def _compare(args, parser) -> int:
     """ovq-cl compare: summary and paired tables from sweep JSON or an MLflow experiment."""
-    import json
-
     from experiments import compare
+    from experiments.records import load_records
 
     if args.json:
-        records = [compare.record_from_json(d) for path in args.json for d in json.load(open(path))]
+        records = [compare.record_from_json(d) for path in args.json for d in load_records(path, missing_ok=False)]
     else:
         records = compare.mlflow_records(args.experiment, args.tracking_uri, args.filter)
     if not records:
@@ -210,6 +209,15 @@ def _merge(args, parser) -> int:
 
     written, dropped = merge_record_files(args.out, args.json)
     say(f"ovq-cl: merge: {written} run records in {args.out}" + (f" ({dropped} repeats kept once)" if dropped else ""))
+    return 0
+
+
+def _migrate(args, parser) -> int:
+    """ovq-cl migrate: sweep JSON files rewritten in the current record schema (each record migrated once)."""
+    from experiments.records import SCHEMA_VERSION, migrate_files
+
+    changed = migrate_files(args.json)
+    say(f"ovq-cl: migrate: {len(changed)} of {len(args.json)} files rewritten in schema version {SCHEMA_VERSION}")
     return 0
 
 
@@ -296,7 +304,7 @@ def _state_sizes(args, parser) -> int:
 
 
 #: each subcommand's handler (``experiments.arguments`` defines the subcommands)
-HANDLERS = {"demo": _demo, "run": _run, "sweep": _sweep, "compare": _compare, "merge": _merge, "pieces": _pieces, "study": _study, "report": _report, "state-sizes": _state_sizes}
+HANDLERS = {"demo": _demo, "run": _run, "sweep": _sweep, "compare": _compare, "merge": _merge, "migrate": _migrate, "pieces": _pieces, "study": _study, "report": _report, "state-sizes": _state_sizes}
 
 
 def shown_progress(configured: Optional[bool], quiet: bool) -> bool:
@@ -343,7 +351,7 @@ def _print_result(result) -> None:
         print(f"learned gate (held-out episodes, fresh state): score {g['score']:.3f} ± {g['standard_error']:.3f}, "
               f"chance {g['chance']:.3f}, skill {g['skill']:.2f} (>= {g['threshold']}): "
               f"{'learned' if g['learned'] else 'NOT LEARNED'}")
-    d = result.delay
+    d = result.probes.get("delay")
     if d:
         from strategies.evaluation.delay import DelayCurve
         curve, dg = DelayCurve.from_dict(d["curve"]), d["gate"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from experiments.config import SEED_KEYS
+from experiments.records import migrate
 from experiments.stats.intervals import mean_interval, paired_comparison
 from experiments.stats.learning import late_learning, stopped_summary
 from experiments.stats.pairing import latest_per_replicate, pairs_against, pairs_in_one_version
@@ -69,10 +70,7 @@ class RunRecord:
     data_seed: Optional[int] = None
     R: Optional[List[List[Optional[float]]]] = None
     tokens_after: Optional[List[int]] = None
-    delay: Dict[str, Any] = field(default_factory=dict)   # the delay-recall curve and gate (runner's ``delay``)
-    interference: Dict[str, Any] = field(default_factory=dict)   # the interference curves (runner's ``interference``)
-    capacity: Dict[str, Any] = field(default_factory=dict)   # the capacity curve (runner's ``capacity``)
-    position: Dict[str, Any] = field(default_factory=dict)   # position curves per domain (runner's ``position``)
+    probes: Dict[str, Dict[str, Any]] = field(default_factory=dict)   # each probe's record (experiments.probes)
     config_id: Optional[str] = None           # the run identity: config (seeds included) ...
     code_version: Optional[str] = None        # ... and the code that ran it
     finished_at: float = 0.0                  # when it ended (MLflow), or its place in a JSON list: the latest wins
@@ -82,6 +80,10 @@ class RunRecord:
     stream_threshold: float = math.nan        # per-experience learning gate applies to each R[j][j]
     stream_chances: List[float] = field(default_factory=list)   # per experience (stored, or rebuilt)
     meta_history: List[Dict[str, float]] = field(default_factory=list)   # meta-training's logged rows (step, loss, metric)
+
+    def probe(self, name: str) -> Dict[str, Any]:
+        """The record of probe ``name`` ({} when the run did not measure it)."""
+        return self.probes.get(name) or {}
 
     @property
     def replicate(self) -> Tuple:
@@ -115,10 +117,11 @@ def learned_from_gates(d: Dict[str, Any], stream_learned: Any = "stored") -> Opt
     (``gate.delay: experience``). Records written under an earlier rule (e.g. ``gate.delay: auto``,
     which gated frozen runs on the delay curve) are combined the same way from the gates they stored.
     Records without stored gates keep their own ``learned``."""
+    d = migrate(d)
     gate, stream = d.get("gate") or {}, d.get("stream_gate") or {}
     if "learned" not in gate and "learned" not in stream:
         return d.get("learned")
-    delay = (d.get("delay") or {}).get("gate", {}).get("learned")
+    delay = ((d.get("probes") or {}).get("delay") or {}).get("gate", {}).get("learned")
     flags = [gate.get("learned"), stream.get("learned") if stream_learned == "stored" else stream_learned]
     if (d.get("params") or {}).get("gate.delay") == "experience":
         flags.append(delay)
@@ -128,7 +131,9 @@ def learned_from_gates(d: Dict[str, Any], stream_learned: Any = "stored") -> Opt
 
 def record_from_json(d: Dict[str, Any]) -> RunRecord:
     """A record from ``RunResult.record()`` (the sweep's JSON, MLflow's ``results.json``). Its gates are
-    combined by the current rule, the stream gate with per-experience chances (:func:`stream_gate_now`)."""
+    combined by the current rule, the stream gate with per-experience chances (:func:`stream_gate_now`).
+    Any schema version (:func:`experiments.records.migrate`)."""
+    d = migrate(d)
     chances, stream_learned, stream_skill = stream_gate_now(d)
     return RunRecord(
         label=d["label"], params=_params(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
@@ -138,8 +143,7 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         stream_skill=stream_skill,
         state_bytes=list(d.get("state_bytes_per_layer_lane") or []), parameters=int(d.get("parameters") or 0),
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
-        delay=dict(d.get("delay") or {}), interference=dict(d.get("interference") or {}),
-        capacity=dict(d.get("capacity") or {}), position=dict(d.get("position") or {}),
+        probes={name: dict(p) for name, p in (d.get("probes") or {}).items() if p},
         config_id=d.get("config_id"), code_version=d.get("code_version"),
         shared_bytes=list(d["shared_bytes_per_layer"]) if "shared_bytes_per_layer" in d else derived_memory(d["params"])[0],
         learned_buffers=int(d["learned_buffers"]) if "learned_buffers" in d else derived_memory(d["params"])[1],
@@ -426,6 +430,13 @@ def group_records(records: Iterable[RunRecord]) -> Dict[str, List[RunRecord]]:
     return group_by_config(list(records), lambda r: r.params)
 
 
+def groups_with(records: Iterable[RunRecord], has: Callable[[RunRecord], Any]) -> Dict[str, List[RunRecord]]:
+    """The configurations' groups (:func:`group_records`) cut to the runs for which ``has`` is truthy (e.g.
+    that measured a probe); groups left empty are dropped."""
+    groups = {k: [r for r in v if has(r)] for k, v in group_records(records).items()}
+    return {k: v for k, v in groups.items() if v}
+
+
 # ------------------------------------------------------------------------------------------- tables
 
 
@@ -450,7 +461,7 @@ def _cell(runs: Sequence[RunRecord], column: str, current: bool = False, needs_l
     return mean_interval([source(r).get(column, math.nan) for r in runs]).format()
 
 
-def _bytes_cell(runs: Sequence[RunRecord]) -> str:
+def bytes_cell(runs: Sequence[RunRecord]) -> str:
     per_layer = runs[0].state_bytes
     if not per_layer:
         return "-"
@@ -490,7 +501,7 @@ def summary_table(records: Iterable[RunRecord]) -> str:
         # shows it in the same row
         cells += [_cell(runs, c) for c in SCORES] + [stopped_summary(runs)]
         cells += [_cell(runs, c, needs_learning=True) for c in FORGETTING]
-        cells += [_bytes_cell(runs), _shared_cell(runs), _parameters_cell(runs)]
+        cells += [bytes_cell(runs), _shared_cell(runs), _parameters_cell(runs)]
         lines.append("| " + " | ".join(cells) + " |")
     with_current = {k: v for k, v in groups.items() if any(r.summary_current for r in v)}
     if with_current:
@@ -502,278 +513,6 @@ def summary_table(records: Iterable[RunRecord]) -> str:
             cells = [key, str(len(runs))] + [_cell(runs, c, current=True, needs_learning=c.startswith("forgetting"))
                                               for c in CURRENT_COLUMNS]
             lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _curve_score(r: RunRecord, delay: int) -> float:
-    """The run's delay-curve score at the first measured delay >= ``delay`` (NaN without a curve)."""
-    for p in (r.delay.get("curve") or {}).get("points", []):
-        if p["delay"] >= delay:
-            return float(p["score"])
-    return math.nan
-
-
-def delay_table(records: Iterable[RunRecord]) -> str:
-    """One row per configuration with a delay-recall curve: the score at delay 0 (the in-context task),
-    at the learning delay (one experience per lane: the delay gate) and at the longest delay the stream
-    tests, each mean ± std [95% CI] over seeds; the span (first delay below the level; '>L' when it never
-    falls below it up to L tokens) per seed; how many runs pass the delay gate. '' when no run has a curve."""
-    groups = {k: [r for r in v if r.delay.get("curve")] for k, v in group_records(records).items()}
-    groups = {k: v for k, v in groups.items() if v}
-    if not groups:
-        return ""
-    # the delays in the header when every configuration shares them, else in each cell (streams whose
-    # experiences differ in length have different learning delays)
-    shared = {(v[0].delay["learning"], v[0].delay["longest"]) for v in groups.values()}
-    learning, longest = next(iter(shared)) if len(shared) == 1 else (None, None)
-    head = ["configuration", "n", "score @ delay 0",
-            "@ learning delay" + (f" ({learning} tokens)" if learning is not None else ""),
-            "@ longest" + (f" ({longest} tokens)" if longest is not None else ""), "span per seed (tokens)", "delay gate"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for key in sorted(groups):
-        runs = groups[key]
-        cells = [key, str(len(runs))]
-        for i, where in enumerate((0, runs[0].delay["learning"], runs[0].delay["longest"])):
-            cell = mean_interval([_curve_score(r, where) for r in runs]).format()
-            cells.append(cell + (f" @ {where} tokens" if i and learning is None else ""))
-        spans = [r.delay.get("span") for r in runs]
-        last = [r.delay["curve"]["points"][-1]["delay"] for r in runs]
-        cells.append(", ".join(f">{m}" if s is None else str(s) for s, m in zip(spans, last)))
-        passed = [r.delay.get("gate", {}).get("learned") for r in runs]
-        gated = any(r.params.get("gate.delay") == "experience" for r in runs)     # the current rule
-        cells.append(f"{sum(bool(p) for p in passed)}/{sum(p is not None for p in passed)} recall"
-                     + ("" if gated else " (not a gate here)"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def interference_table(records: Iterable[RunRecord]) -> str:
-    """One row per configuration and filler kind with interference curves: the score at each number of
-    intervening items, mean ± std [95% CI] over seeds, and the half point per seed (the fewest items at
-    which the skill falls below half its value at 0 items; '>N' when it never does up to N). '' when no
-    run has curves."""
-    groups = {k: [r for r in v if (r.interference or {}).get("curves")] for k, v in group_records(records).items()}
-    groups = {k: v for k, v in groups.items() if v}
-    if not groups:
-        return ""
-    ladder = sorted({p["items"] for runs in groups.values() for r in runs
-                     for points in r.interference["curves"].values() for p in points})
-    head = ["configuration", "kind", "n", *[f"@ {n} items" for n in ladder], "half point per seed (items)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for key in sorted(groups):
-        runs = groups[key]
-        kinds = list(dict.fromkeys(k for r in runs for k in r.interference["curves"]))
-        for kind in kinds:
-            have = [r for r in runs if kind in r.interference["curves"]]
-            cells = [key, kind, str(len(have))]
-            for n in ladder:
-                scores = [next((p["score"] for p in r.interference["curves"][kind] if p["items"] == n), math.nan)
-                          for r in have]
-                cells.append(mean_interval(scores).format() if any(not math.isnan(x) for x in scores) else "-")
-            cells.append(", ".join(_half_cell(half_point(r, kind), r.interference["curves"][kind][-1]["items"])
-                                   for r in have))
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def half_point(r: RunRecord, kind: str) -> float:
-    """A run's ``kind`` interference half point: the items at which recall halved, inf when it never did up
-    to the curve's end, NaN when there is no curve or no skill at 0 items to halve (a memory that never
-    held the probe's facts is not the most robust one, which "never halves" would say)."""
-    points = ((r.interference or {}).get("curves") or {}).get(kind)
-    if not points or not (points[0].get("skill", 1.0) > 0):
-        return math.nan
-    h = (r.interference.get("half_items") or {}).get(kind)
-    return math.inf if h is None else float(h)
-
-
-def _half_cell(h: float, last: int) -> str:
-    return "n/a (no skill at 0)" if math.isnan(h) else f">{last}" if math.isinf(h) else f"{h:.0f}"
-
-
-def capacity_table(records: Iterable[RunRecord]) -> str:
-    """One row per configuration with a capacity curve: the score at each number of facts, mean ± std
-    [95% CI] over seeds, the capacity per seed (the most facts with skill >= 0.5; '<N' when even the
-    fewest, N, fall below; '>=N' when the ladder's top, N, is still held), and the state bytes per layer
-    and lane beside it. '' when no run has one."""
-    groups = {k: [r for r in v if (r.capacity or {}).get("curve")] for k, v in group_records(records).items()}
-    groups = {k: v for k, v in groups.items() if v}
-    if not groups:
-        return ""
-    ladder = sorted({p["facts"] for runs in groups.values() for r in runs for p in r.capacity["curve"]["points"]})
-    head = ["configuration", "n", *[f"@ {n} facts" for n in ladder], "capacity per seed (facts)",
-            "bound per layer (facts)", "state bytes/layer/lane"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for key in sorted(groups):
-        runs = groups[key]
-        cells = [key, str(len(runs))]
-        for n in ladder:
-            scores = [next((p["score"] for p in r.capacity["curve"]["points"] if p["facts"] == n), math.nan) for r in runs]
-            cells.append(mean_interval(scores).format() if any(not math.isnan(x) for x in scores) else "-")
-        cells.append(", ".join(_capacity_cell(r) for r in runs))
-        bounds = runs[0].capacity.get("bound_per_layer") or []
-        cells.append(", ".join("unbounded" if b is None else str(b) for b in bounds) or "-")
-        cells.append(_bytes_cell(runs))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def capacity_points(r: RunRecord) -> List[Dict[str, Any]]:
-    """A run's capacity-curve points (each with ``facts`` and ``score``); [] when it measured none."""
-    return ((r.capacity or {}).get("curve") or {}).get("points") or []
-
-
-def last_position_bucket(r: RunRecord, domain: str) -> Optional[Dict[str, Any]]:
-    """The last (longest-context) bucket of a run's position curve on ``domain`` (``lo``, ``hi``,
-    ``bits_per_byte``); None when it has none."""
-    buckets = (((r.position or {}).get("curves") or {}).get(domain) or {}).get("buckets") or []
-    return buckets[-1] if buckets else None
-
-
-def position_table(records: Iterable[RunRecord]) -> str:
-    """One row per configuration and domain with position curves: bits per byte per position bucket,
-    mean ± std [95% CI] over seeds. '' when no run has one."""
-    groups = {k: [r for r in v if (r.position or {}).get("curves")] for k, v in group_records(records).items()}
-    groups = {k: v for k, v in groups.items() if v}
-    if not groups:
-        return ""
-    edges = sorted({(b["lo"], b["hi"]) for runs in groups.values() for r in runs
-                    for c in r.position["curves"].values() for b in c["buckets"]})
-    head = ["configuration", "domain", "n", *[f"[{lo}, {hi})" for lo, hi in edges]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for key in sorted(groups):
-        runs = groups[key]
-        for domain in dict.fromkeys(d for r in runs for d in r.position["curves"]):
-            have = [r for r in runs if domain in r.position["curves"]]
-            cells = [key, domain, str(len(have))]
-            for lo, hi in edges:
-                values = [next((b["bits_per_byte"] for b in r.position["curves"][domain]["buckets"]
-                                if (b["lo"], b["hi"]) == (lo, hi)), math.nan) for r in have]
-                cells.append(mean_interval(values).format() if any(not math.isnan(v) for v in values) else "-")
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def position_paired_table(records: Iterable[RunRecord], baseline: str) -> str:
-    """Every configuration against ``baseline`` on the bits per byte of the last position bucket of each
-    domain (the longest contexts), paired over the replicates both ran, Holm over the table's rows.
-    '' when no run has position curves."""
-    from experiments.stats.multiple import holm
-
-    groups = {k: [r for r in v if (r.position or {}).get("curves")] for k, v in group_records(records).items()}
-    groups = {k: v for k, v in groups.items() if v}
-    if not groups:
-        return ""
-    base_key = find_group(groups, baseline)
-
-    def last(r, domain):
-        bucket = last_position_bucket(r, domain)
-        return bucket["bits_per_byte"] if bucket else math.nan
-
-    domains = list(dict.fromkeys(d for r in groups[base_key] for d in r.position["curves"]))
-    rows = []
-    for key, pairs in pairs_against(groups, base_key):
-        for domain in domains:
-            bucket = groups[base_key][0].position["curves"][domain]["buckets"][-1]
-            c = paired_comparison([last(a, domain) for a, _ in pairs], [last(b, domain) for _, b in pairs])
-            rows.append((key, domain, f"[{bucket['lo']}, {bucket['hi']})", c))
-    adjusted = holm([c.p_t for *_, c in rows])
-    lines = [f"baseline: {base_key}", "", "| configuration - baseline | domain | positions | n pairs | difference "
-             "(bits per byte) [95% CI] | paired t p | p Holm | Wilcoxon p |", "|---|---|---|---|---|---|---|---|"]
-    for (key, domain, where, c), p in zip(rows, adjusted):
-        lines.append(f"| {key} | {domain} | {where} | {c.n} | {c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] | "
-                     f"{_g(c.p_t)} | {_g(p)} | {_g(c.p_wilcoxon)} |")
-    return "\n".join(lines)
-
-
-def capacity_paired_table(records: Iterable[RunRecord], pairs: Sequence[Sequence[str]]) -> str:
-    """Each declared (configuration, baseline) pair of patterns (:func:`find_group`) at every number of
-    facts of the capacity ladder both measured: recall, configuration - baseline, paired over the
-    replicates both ran with one code version, with the mean skill of each side; Holm over the whole
-    table, the declared family, in which a point without a test counts as p = 1. '' when no run has a
-    capacity curve."""
-    from experiments.stats.multiple import holm
-
-    groups = {k: [r for r in v if capacity_points(r)] for k, v in group_records(records).items()}
-    groups = {k: v for k, v in groups.items() if v}
-    if not groups:
-        return ""
-
-    def point(r: RunRecord, n: int, what: str) -> float:
-        return next((float(p[what]) for p in capacity_points(r) if p["facts"] == n and what in p), math.nan)
-
-    rows, notes = [], []
-    for pattern, base_pattern in pairs:
-        try:
-            key, base = find_group(groups, pattern), find_group(groups, base_pattern)
-        except ValueError as e:       # no runs of one side yet, or a pattern that matches several
-            notes.append(f"{pattern} against {base_pattern}: {str(e).split('; known')[0]}")
-            continue
-        version, pairs, left_out, _ = pairs_in_one_version(groups[key], groups[base])
-        if left_out:
-            notes.append(f"{key} against {base}: paired within {version} ({left_out} runs of other code versions "
-                         "not paired)")
-        ladder = sorted({p["facts"] for a, _ in pairs for p in capacity_points(a)}
-                        & {p["facts"] for _, b in pairs for p in capacity_points(b)})
-        for n in ladder:
-            c = paired_comparison([point(a, n, "score") for a, _ in pairs], [point(b, n, "score") for _, b in pairs])
-            skills = [statistics.fmean(x) if x else math.nan for x in
-                      ([v for v in (point(r, n, "skill") for r in side) if not math.isnan(v)]
-                       for side in ([a for a, _ in pairs], [b for _, b in pairs]))]
-            rows.append((key, base, n, c, skills))
-    adjusted = holm([1.0 if math.isnan(c.p_t) else c.p_t for *_, c, _ in rows]) if rows else []
-    lines = ["| configuration | baseline | facts | n pairs | recall, configuration - baseline [95% CI] | mean skill "
-             "(configuration / baseline) | paired t p | p Holm |", "|---|---|---|---|---|---|---|---|"]
-    for (key, base, n, c, skills), p in zip(rows, adjusted):
-        diff = f"{c.mean_difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}]" if c.n >= 2 else (
-            f"{c.mean_difference:+.3f} (1 pair)" if c.n == 1 else "-")
-        skill = " / ".join("-" if math.isnan(x) else f"{x:.2f}" for x in skills)
-        lines.append(f"| {key} | {base} | {n} | {c.n} | {diff} | {skill} | {_g(c.p_t)} | {_g(p)} |")
-    return "\n".join(lines + ([""] + [f"Note: {note}." for note in notes] if notes else []))
-
-
-def before_capacity_table(records: Iterable[RunRecord], kind: str = "other_region") -> str:
-    """Does a memory lose facts to interference before its capacity is used? One row per configuration
-    with both a capacity curve and a ``kind`` interference curve; per seed: the probe's P facts
-    (``stream.options.facts_per_episode``), the half point h (intervening bindings at which recall of
-    the P facts halves), the capacity C (most facts held at skill >= 0.5, no filler). When P + h < C the
-    memory lost half of the facts while it had been shown at most P + h bindings, fewer than it can hold
-    at once: it forgets *before* its capacity is used (interference, not a full memory). Both ends are
-    censored by their ladders (h: '>N' when it never halves up to N; C: '>=N' when the ladder's top is
-    still held) and known only between rungs (h in (previous rung, h], C in [C, next rung)): a seed
-    the ladders leave open is counted apart ("unknown"). '' when no run has both."""
-    groups = {k: [r for r in v if (r.capacity or {}).get("curve") and kind in ((r.interference or {}).get("curves") or {})]
-              for k, v in group_records(records).items()}
-    groups = {k: v for k, v in groups.items() if v}
-    if not groups:
-        return ""
-    head = ["configuration", "n", f"{kind} half point per seed (bindings)", "capacity per seed (facts)",
-            "P + h < C (forgets before capacity)", "bound per layer (facts)", "state bytes/layer/lane"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for key in sorted(groups):
-        runs = groups[key]
-        halves, caps, verdicts = [], [], []
-        for r in runs:
-            P = int(r.params.get("stream.options.facts_per_episode", 8))
-            half = half_point(r, kind)
-            items = [p["items"] for p in r.interference["curves"][kind]]
-            C, censored = capacity_of(r)
-            facts = [p["facts"] for p in capacity_points(r)]
-            halves.append(_half_cell(half, items[-1]))
-            caps.append(_capacity_cell(r))
-            h = None if math.isinf(half) else half
-            verdicts.append(None if math.isnan(half) else _before_capacity(
-                P, h, max((n for n in items if h is not None and n < h), default=0), items[-1],
-                C, None if censored or C is None else next((n for n in facts if n > C), None)))
-        known = [v for v in verdicts if v is not None]
-        unknown = sum(v is None and r.capacity.get("capacity") is not None for v, r in zip(verdicts, runs))
-        parts = ([f"{sum(known)} of {len(known)} seeds"] if known else []) + \
-            ([f"{unknown} seed(s) unknown (beyond the ladders)"] if unknown else [])
-        verdict = "; ".join(parts) or "n/a (no capacity)"
-        bounds = runs[0].capacity.get("bound_per_layer") or []
-        lines.append("| " + " | ".join([key, str(len(runs)), ", ".join(halves), ", ".join(caps), verdict,
-                                         ", ".join("unbounded" if b is None else str(b) for b in bounds) or "-",
-                                         _bytes_cell(runs)]) + " |")
     return "\n".join(lines)
 
 
@@ -794,36 +533,6 @@ def params_match(params: Dict[str, str], pattern: str) -> bool:
     wanted = dict(c.strip().split("=", 1) for c in conditions.split(",") if c.strip())
     return ((mixers == "*" or "+".join(_layers(params.get("model.layers", ""))) == mixers)
             and all(params.get(key) == value for key, value in wanted.items()))
-
-
-def capacity_of(r: RunRecord) -> Tuple[Optional[int], bool]:
-    """A run's capacity (most facts held at skill >= 0.5; None when even the fewest are not) and whether
-    it is censored: held at the ladder's top, so the capacity is at least that."""
-    C = (r.capacity or {}).get("capacity")
-    points = capacity_points(r)
-    return C, C is not None and bool(points) and C == points[-1]["facts"]
-
-
-def _capacity_cell(r: RunRecord) -> str:
-    """'<N' (even the fewest, N, are not held), '>=N' (the ladder's top is held) or the capacity."""
-    C, censored = capacity_of(r)
-    return f"<{capacity_points(r)[0]['facts']}" if C is None else (f">={C}" if censored else str(C))
-
-
-def _before_capacity(P: int, h: Optional[int], h_prev: int, h_max: int, C: Optional[int],
-                     C_next: Optional[int]) -> Optional[bool]:
-    """P + h < C (the memory lost half of P facts after h bindings while it holds C at once), read with
-    what the ladders leave open: the half point lies in (``h_prev``, h] (the rung before it, where
-    recall had not halved yet; beyond ``h_max`` when h is None), the capacity in [C, ``C_next``) (the
-    next capacity rung, which failed; None: the ladder's top was held, so C is a lower bound). True when
-    it holds at every value the rungs allow, False when it fails at every one, None otherwise (or
-    without a capacity)."""
-    if C is None:
-        return None
-    if h is not None and P + h < C:                      # the largest h, the smallest C
-        return True
-    h_low = (h_max if h is None else h_prev) + 1         # the smallest h, the largest C
-    return False if C_next is not None and P + h_low >= C_next - 1 else None
 
 
 def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:
@@ -1126,7 +835,7 @@ def _p(p: float) -> str:
     return "-" if math.isnan(p) else (f"{p:.1e}" if p < 1e-3 else f"{p:.3f}")
 
 
-def _g(p: float) -> str:
+def format_p(p: float) -> str:
     """A p-value in two significant digits, "-" where no test was made."""
     return "-" if math.isnan(p) else f"{p:.2g}"
 

@@ -132,6 +132,8 @@ class RunConfig:
     plugins: List[str] = field(default_factory=list)   # modules that register user mixers, streams, ... (imported first)
     device: str = "auto"                   # auto (cuda when available) | cpu | cuda | cuda:N
     precision: str = "fp32"                # fp32 | bf16 | fp16 (torch.autocast on the device; fp16 on CUDA only)
+    # user probes asked for, each with its options (experiments.probes; the built-ins are configured under gate)
+    probes: Dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> "RunConfig":
         """A validated copy with every option filled in (a ValueError naming the first bad key): mixers,
@@ -284,6 +286,8 @@ class RunConfig:
         # with such configs stay reusable when a new section is added.
         if not d.get("plugins"):
             d.pop("plugins", None)
+        if not d.get("probes"):                          # no user probe: as before probes were plugins
+            d.pop("probes", None)
         for key in ("tracking", "checkpoint", "output_dir", "progress", "device"):
             d.pop(key, None)
         if not d.get("after_meta", {}).get("model"):

@@ -8,7 +8,6 @@ runner, which imports the report).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from typing import Dict, List, Optional, Sequence
 
@@ -34,15 +33,10 @@ def record_held(records: List[dict], label: str, wanted: Dict[str, str], code: O
 
 
 def read_records(path: str) -> List[dict]:
-    """The run records of a sweep's JSON ([] when it does not exist yet); ValueError when it is not a list."""
-    try:
-        with open(path) as fh:
-            records = json.load(fh)
-    except FileNotFoundError:
-        return []
-    if not isinstance(records, list):
-        raise ValueError(f"{path} is not a list of run records (what ovq-cl sweep --out writes)")
-    return records
+    """The run records of a sweep's JSON ([] when it does not exist yet; :func:`experiments.records.load_records`)."""
+    from experiments.records import load_records
+
+    return load_records(path)
 
 
 def sweep_held(spec: StudySpec, root: str, argv: Sequence[str]) -> bool:

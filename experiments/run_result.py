@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from experiments.config import RunConfig
+from experiments.records import SCHEMA_VERSION, migrate
 from strategies.evaluation.metrics import higher_is_better
 
 
@@ -39,10 +40,7 @@ class RunResult:
     summary_current: Dict[str, float] = field(default_factory=dict)
     gate: Dict[str, Any] = field(default_factory=dict)
     stream_gate: Dict[str, Any] = field(default_factory=dict)
-    delay: Dict[str, Any] = field(default_factory=dict)
-    interference: Dict[str, Any] = field(default_factory=dict)   # the interference curves ({} if not measured)
-    capacity: Dict[str, Any] = field(default_factory=dict)       # the capacity curve ({} if not measured)
-    position: Dict[str, Any] = field(default_factory=dict)       # position curves per domain ({} if not measured)
+    probes: Dict[str, Dict[str, Any]] = field(default_factory=dict)   # each measured probe's record (experiments.probes)
     parameters: int = 0
     state_bytes_per_lane: List[float] = field(default_factory=list)
     wall_seconds: float = math.nan         # every attempt's, up to the checkpoint the next resumed from
@@ -61,13 +59,12 @@ class RunResult:
 
     @classmethod
     def from_record(cls, cfg: RunConfig, d: Dict[str, Any], checkpoint: Optional[str] = None) -> "RunResult":
-        """The result of a finished run, from its record (what :meth:`record` wrote)."""
+        """The result of a finished run, from its record (what :meth:`record` wrote, any schema version)."""
+        d = migrate(d)
         return cls(cfg, d["metric"], d["R"], d["summary"], d["tokens_after"], d.get("state_bytes", []),
                    d.get("run_id"), checkpoint, d.get("meta_history", []), R_se=d["R_se"], R_n=d["R_n"],
                    current=d.get("current"), summary_current=d.get("summary_current", {}), gate=d.get("gate", {}),
-                   stream_gate=d.get("stream_gate", {}), delay=d.get("delay", {}),
-                   interference=d.get("interference", {}), capacity=d.get("capacity", {}),
-                   position=d.get("position", {}), parameters=d.get("parameters", 0),
+                   stream_gate=d.get("stream_gate", {}), probes=dict(d.get("probes") or {}), parameters=d.get("parameters", 0),
                    state_bytes_per_lane=d.get("state_bytes_per_layer_lane", []),
                    wall_seconds=d.get("wall_seconds", math.nan), attempts=d.get("attempts", 1),
                    meta_source=d.get("meta_source"), artifact_uri=d.get("artifact_uri"),
@@ -78,19 +75,21 @@ class RunResult:
     def learned(self) -> Optional[bool]:
         """True when every gate that applies passed (held-out skill, delay when required, stream), False
         when one failed, None when none was measured."""
-        return combined_gate(self.gate.get("learned"), delay_flag(self.delay), self.stream_gate.get("learned"))
+        return combined_gate(self.gate.get("learned"), delay_flag(self.probes.get("delay") or {}),
+                             self.stream_gate.get("learned"))
 
     def record(self) -> Dict[str, Any]:
-        """A JSON-able record of the run: config (flattened), seeds, every matrix and summary."""
+        """A JSON-able record of the run (:mod:`experiments.records`, schema ``SCHEMA_VERSION``): config
+        (flattened), seeds, every matrix and summary, the probes' records."""
         from experiments.tracking import flatten_config
 
         return {
-            "label": self.config.label(), "config_id": self.config.identity(), "params": flatten_config(self.config),
+            "schema_version": SCHEMA_VERSION, "label": self.config.label(), "config_id": self.config.identity(), "params": flatten_config(self.config),
             "seed": self.config.seed, "data_seed": self.config.data_seed, "metric": self.metric,
             "higher_is_better": higher_is_better(self.metric), "R": self.R, "R_se": self.R_se, "R_n": self.R_n,
             "current": self.current, "summary": self.summary, "summary_current": self.summary_current,
-            "gate": self.gate, "stream_gate": self.stream_gate, "delay": self.delay,
-            "interference": self.interference, "capacity": self.capacity, "position": self.position,
+            "gate": self.gate, "stream_gate": self.stream_gate,
+            "probes": {name: p for name, p in self.probes.items() if p},
             "learned": self.learned,
             "tokens_after": self.tokens_after, "state_bytes_per_layer_lane": self.state_bytes_per_lane,
             "state_bytes": self.state_bytes,
@@ -112,6 +111,7 @@ class RecordedResult(RunResult):
 
     @classmethod
     def from_stored(cls, cfg: RunConfig, d: Dict[str, Any]) -> "RecordedResult":
+        d = migrate(d)
         base = RunResult.from_record(cfg, d)
         return cls(**{f: getattr(base, f) for f in base.__dataclass_fields__}, stored=copy.deepcopy(d))
 

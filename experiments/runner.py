@@ -14,7 +14,8 @@ returned:
    :class:`Opening`, followed by every rank).
 1. :func:`meta_phase`: meta-training (fresh, resumed from its checkpoint, or loaded from a shared one:
    a :class:`MetaOutcome`), then :func:`after_meta` (the stream's model with the meta-trained weights).
-2. :func:`gate_phase`: the learned gate and the delay-recall curve (:class:`Gates`).
+2. :func:`gate_phase`: the learned gate and the probes before the stream (:class:`Gates`; after the
+   stream, :func:`finish` runs those after it: :mod:`experiments.probes`).
 3. :func:`stream_phase`: for every experience j, train (or, with ``frozen``, only stream) through the
    model with the memory policy, evaluate every experience i from a copy of the carried state (R[j][i]),
    log, checkpoint. ``stop_after=j`` stops there (a :class:`RunStopped` is returned; the run resumes).
@@ -49,6 +50,8 @@ from experiments import meta_cache
 from experiments.artifacts import forgetting_plot, matrix_csv
 from experiments.code_version import code_version, plugin_source_hash
 from experiments.config import RunConfig, with_data_seed
+from experiments.probes import PROBES, Probe, ProbeContext, probes_in_order, unknown_probes
+from experiments.records import migrate
 from experiments.run_lock import meta_training_lock, run_lock
 from experiments.run_result import RunResult, combined_gate, delay_flag
 from experiments.threads import install_loop_threads
@@ -58,10 +61,6 @@ from experiments.tracking.lifecycle import (avalanche_loggers, close_orphans, ru
 from ovq_cl import DecoderLM, RegressionLM
 from ovq_cl.config import ModelConfig, model_config
 from strategies.evaluation import forgetting
-from strategies.evaluation.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
-from strategies.evaluation.capacity import measure_capacity, plot_capacity
-from strategies.evaluation.interference import item_ladder, measure_interference, plot_interference
-from strategies.evaluation.position import measure_position_curve, plot_position
 from strategies.evaluation.gate import experience_chances, measure_gate, stream_gate_from_chances
 from strategies.evaluation.metrics import higher_is_better
 from strategies.evaluation.results import (ResultMatrix, n_learned_buffers, n_parameters, shared_memory_bytes,
@@ -168,14 +167,11 @@ class MetaOutcome:
 
 @dataclass(frozen=True)
 class Gates:
-    """The learned gate and the delay-recall curve, measured before the stream (their record form:
-    :class:`strategies.evaluation.gate.GateResult` as a dict, the curve as
-    :func:`delay_record` writes it, empty when not measured)."""
+    """The learned gate and the probes measured before the stream (their record forms:
+    :class:`strategies.evaluation.gate.GateResult` as a dict; ``{name: record}``, :mod:`experiments.probes`)."""
 
     gate: Dict[str, Any]
-    delay: Dict[str, Any]
-    interference: Dict[str, Any] = field(default_factory=dict)
-    capacity: Dict[str, Any] = field(default_factory=dict)
+    probes: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -191,9 +187,7 @@ class Session:
     meta_history: List[Dict[str, float]] = field(default_factory=list)
     meta_source: Optional[str] = None      # MetaOutcome.source: trained, resumed or shared (None: not recorded)
     gate: Dict[str, Any] = field(default_factory=dict)
-    delay: Dict[str, Any] = field(default_factory=dict)
-    interference: Dict[str, Any] = field(default_factory=dict)
-    capacity: Dict[str, Any] = field(default_factory=dict)
+    probes: Dict[str, Dict[str, Any]] = field(default_factory=dict)   # the probes' records so far, by name
     # the run's wall time across attempts: this attempt began at ``started`` (time.perf_counter); earlier
     # attempts had spent ``wall_before`` seconds up to the checkpoint this one resumed from (their work
     # after it, lost with them, is not counted); ``attempts``: this one and each earlier one that left the
@@ -266,8 +260,7 @@ def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, star
             tracker.set_tags({"meta_train_source": meta.source})        # trained, resumed or shared
             session = after_meta(resolved, session, tracker)
             gates = gate_phase(resolved, session, tracker)
-            session.gate, session.delay = gates.gate, gates.delay
-            session.interference, session.capacity = gates.interference, gates.capacity
+            session.gate, session.probes = gates.gate, gates.probes
         stopped = stream_phase(resolved, session, tracker, stop_after)
         if stopped is not None:
             tracker.set_tags({"stopped_after_experience": stopped})
@@ -303,7 +296,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     bench = stream_benchmark(cfg.stream.name, cfg.stream.options)
     check_lanes(cfg, bench)
     check_meta_batch(cfg, bench)
-    check_interference(cfg, bench)
+    check_probes(cfg, bench)
     check_retention(cfg, bench)
     if bench.info.vocab_size is not None:
         cfg.model.vocab_size = bench.info.vocab_size          # the logged config is the one that runs
@@ -559,8 +552,8 @@ def after_meta(run: ResolvedRun, session: Session, tracker) -> Session:
 
 
 def gate_phase(run: ResolvedRun, session: Session, tracker) -> Gates:
-    """The learned gate on held-out meta-training episodes (each from a fresh state), then the
-    delay-recall curve: both logged."""
+    """The learned gate on held-out meta-training episodes (each from a fresh state), then the probes
+    that run before the stream (:func:`probe_phase`): all logged."""
     cfg, info = run.config, run.info
     source = getattr(run.bench, "meta_train_episodes", None)
     with run.autocast():
@@ -574,146 +567,61 @@ def gate_phase(run: ResolvedRun, session: Session, tracker) -> Gates:
                          **{f"gate/{k}": float(v) for k, v in record.items() if v is not None and k != "learned"}},
                         step=0)
     tracker.set_tags({"learned": _gate_tag(gate.learned)})
-    return Gates(record, delay_record(run, session, tracker), interference_record(run, session, tracker),
-                 capacity_record(run, session, tracker))
+    return Gates(record, probe_phase(run, session, tracker, "before_stream"))
 
 
-def stream_delays(run: ResolvedRun) -> Dict[str, int]:
-    """The delays (tokens per lane) the stream tests: ``learning``, one experience's tokens (the most a
-    fact waits for its test in the experience that teaches it), and ``longest``, all experiences'."""
-    lanes, bench = run.config.strategy.train_mb_size, run.bench
-    # training drops a last partial minibatch (every lane continues its own stream), so an experience
-    # streams floor(episodes / lanes) episodes per lane
-    per_exp = [len(exp.dataset) // lanes * bench.info.seq_len for exp in bench.train_stream]
-    return {"learning": max(per_exp), "longest": sum(per_exp), "episode": bench.info.seq_len}
-
-
-def delay_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
-    """The delay-recall curve (``strategies.evaluation.delay``) from a fresh state, before the stream; printed,
-    logged (metrics ``delay/score`` stepped by delay, a table, a plot) and, with ``gate.delay``, a gate."""
-    cfg, bench = run.config, run.bench
-    probe = getattr(bench, "delay_probe", None)
-    if probe is None or cfg.gate.delay_episodes == 0:
-        return {}
-    delays = stream_delays(run)
-    # a long stream's longest delay would need probes as long as the stream: gate.delay_max_tokens caps it
-    fillers = filler_ladder(min(delays["longest"], cfg.gate.delay_max_tokens or delays["longest"]), delays["episode"])
-    with run.autocast():
-        curve = measure_delay_curve(session.model, probe, fillers, delays["episode"], bench.info.metric,
-                                    cfg.gate.delay_episodes, cfg.gate.batch_size, device=run.device,
-                                    context=bench.info.metric_context)
-    required = cfg.resolved_delay_gate()
-    d_gate = delay_gate(curve, delays["learning"], cfg.gate.min_skill).as_dict()
-    span = curve.span(cfg.gate.span_level)
-    out = {"curve": curve.as_dict(), "gate": d_gate, "required": required, "span": span, **delays}
-    tracker.log_metric_values([("delay/score", p.score, p.delay) for p in curve.points]
-                              + [("delay/skill", p.skill, p.delay) for p in curve.points if math.isfinite(p.skill)])
-    tracker.log_metrics({"delay_gate/skill": d_gate["skill"], "delay_gate/delay": float(delays["learning"]),
-                         **({"delay/span": float(span)} if span is not None else {})}, step=0)
-    tracker.set_tags({"recalls_at_learning_delay": _gate_tag(d_gate["learned"]),
-                      "delay_gate_required": str(required).lower()})
-    _log_probe_artifacts(tracker, "delay_curve", out, curve.table(), plot_delay_curve(
-        curve, cfg.label(), {"learning delay": delays["learning"], "longest": delays["longest"]}))
-    if cfg.progress:
-        print(f"delay-recall curve ({cfg.label()}), learning delay {delays['learning']} tokens, span "
-              f"{'> ' + str(curve.points[-1].delay) if span is None else span}:\n{curve.table()}", flush=True)
-    return out
-
-
-def _log_probe_artifacts(tracker, name: str, record: Dict[str, Any], table: str, fig) -> None:
-    """A probe's artifacts: ``name``.json (its record), .txt (its table), .png (its plot, then closed)."""
+def probe_phase(run: ResolvedRun, session: Session, tracker, phase: str) -> Dict[str, Dict[str, Any]]:
+    """Every registered probe of ``phase`` that the config asks for (:mod:`experiments.probes`, in
+    registration order), on the session's model, each with the global RNG kept (a probe changes nothing the
+    stream draws): its metrics, tags and artifacts (``<artifact>.json`` its record, ``.txt`` its table,
+    ``.png`` its figure) logged, its table printed with progress on. Returns ``{name: record}``."""
     import matplotlib.pyplot as plt
 
-    tracker.log_dict(record, f"{name}.json")
-    tracker.log_text(table, f"{name}.txt")
-    tracker.log_figure(fig, f"{name}.png")
-    plt.close(fig)
-
-
-def interference_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
-    """The interference curves (``strategies.evaluation.interference``) of the kinds in
-    ``gate.interference``, from a fresh state, before the stream: printed, logged (metrics
-    ``interference/<kind>`` stepped by intervening items, ``interference/<kind>/half_items``, a table, a
-    plot) and returned as the record's ``interference``; {} when none is asked for."""
-    cfg, bench = run.config, run.bench
-    if not cfg.gate.interference:
-        return {}
-    with run.autocast():
-        curves = measure_interference(session.model, bench.interference_probe, cfg.gate.interference,
-                                      item_ladder(cfg.gate.interference_max_items), bench.info.metric, 2,
-                                      cfg.gate.interference_episodes, cfg.gate.batch_size, device=run.device,
-                                      context=bench.info.metric_context)
-    halves = {kind: curves.half_point(kind) for kind in curves.curves}
-    out = {**curves.as_dict(), "half_items": halves}
-    tracker.log_metric_values([(f"interference/{kind}", p.score, p.items)
-                               for kind, points in curves.curves.items() for p in points])
-    tracker.log_metrics({f"interference/{kind}/half_items": float(n) for kind, n in halves.items() if n is not None},
-                        step=0)
-    _log_probe_artifacts(tracker, "interference", out, curves.table(), plot_interference(curves, cfg.label()))
-    if cfg.progress:
-        print(f"interference curves ({cfg.label()}), score against intervening items:\n{curves.table()}", flush=True)
+    cfg, out = run.config, {}
+    for probe in probes_in_order(phase):
+        if not probe.wanted(cfg):
+            continue
+        ctx = ProbeContext(cfg, run.bench, session.model, run.device, run.autocast, probe.options(cfg))
+        with _rng_kept():
+            measured = probe.measure(ctx)
+        if not measured.record:
+            continue
+        out[probe.name] = measured.record
+        tracker.log_metric_values(measured.series)
+        if measured.metrics:
+            tracker.log_metrics(measured.metrics, step=0)
+        if measured.tags:
+            tracker.set_tags(measured.tags)
+        name = probe.artifact or probe.name
+        tracker.log_dict(measured.record, f"{name}.json")
+        tracker.log_text(measured.table, f"{name}.txt")
+        if measured.figure is not None:
+            tracker.log_figure(measured.figure, f"{name}.png")
+            plt.close(measured.figure)
+        if cfg.progress:
+            print(f"{measured.heading}\n{measured.table}", flush=True)
     return out
 
 
-def capacity_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
-    """The capacity curve (``strategies.evaluation.capacity``) at the numbers of facts in
-    ``gate.capacity_facts``, from a fresh state, before the stream: printed, logged (metric ``capacity``
-    stepped by facts, ``capacity/facts``, a table, a plot) and returned as the record's ``capacity``."""
-    cfg, bench = run.config, run.bench
-    if not cfg.gate.capacity_facts:
-        return {}
-    with run.autocast():
-        curve = measure_capacity(session.model, bench.capacity_probe, cfg.gate.capacity_facts, bench.info.metric,
-                                 cfg.gate.interference_episodes, cfg.gate.batch_size, device=run.device,
-                                 context=bench.info.metric_context)
-    held = curve.capacity(cfg.gate.span_level)
-    # beside the measurement, what each layer's shapes allow (Mixer.fact_capacity_bound; None: unbounded/unknown)
-    bounds = [m.fact_capacity_bound() for m in getattr(session.model, "mixers", [])]
-    out = {"curve": curve.as_dict(), "capacity": held, "level": cfg.gate.span_level, "bound_per_layer": bounds}
-    tracker.log_metric_values([("capacity", p.score, p.facts) for p in curve.points])
-    if held is not None:
-        tracker.log_metrics({"capacity/facts": float(held)}, step=0)
-    _log_probe_artifacts(tracker, "capacity", out, curve.table(), plot_capacity(curve, cfg.label()))
-    if cfg.progress:
-        print(f"capacity curve ({cfg.label()}), capacity {held}:\n{curve.table()}", flush=True)
-    return out
-
-
-def position_record(run: ResolvedRun, session: Session, tracker) -> Dict[str, Any]:
-    """The position curves (``strategies.evaluation.position``) of the final model, one per experience's
-    domain, each document read from a fresh state: printed, logged (metrics ``position/<domain>`` stepped
-    by the bucket's end, a table, a plot) and returned as the record's ``position``; {} when not asked for."""
-    cfg, bench = run.config, run.bench
-    if not cfg.gate.position_length:
-        return {}
-    names = [getattr(d, "name", str(j)) for j, d in enumerate(getattr(run.info, "domains", []))] or \
-        [str(j) for j in range(run.info.n_experiences)]
-    curves = {}
-    with run.autocast():
-        for j, name in enumerate(names):
-            docs = bench.position_probe(j, cfg.gate.position_length, cfg.gate.position_episodes)
-            curves[name] = measure_position_curve(session.model, docs, cfg.gate.position_length,
-                                                  cfg.gate.position_chunk, cfg.gate.batch_size, device=run.device)
-    out = {"length": cfg.gate.position_length, "curves": {n: c.as_dict() for n, c in curves.items()}}
-    tracker.log_metric_values([(f"position/{n}", b.bits_per_byte, b.hi) for n, c in curves.items() for b in c.buckets])
-    table = "\n\n".join(f"{n}:\n{c.table()}" for n, c in curves.items())
-    _log_probe_artifacts(tracker, "position", out, table, plot_position(curves, cfg.label()))
-    if cfg.progress:
-        print(f"position curves ({cfg.label()}), bits per byte against position:\n{table}", flush=True)
-    return out
-
-
-def check_interference(cfg: RunConfig, bench) -> None:
-    """``gate.interference`` asks for kinds the stream's probe knows and ``gate.capacity_facts`` for
-    numbers of facts it can make, or the stream has no such probe: one line, before anything runs (each
-    is built once, with one tiny item)."""
-    _check_probe(bench, "interference_probe", "gate.interference", cfg.stream.name,
-                 [(kind, 1, 1) for kind in cfg.gate.interference])
-    _check_probe(bench, "capacity_probe", "gate.capacity_facts", cfg.stream.name,
-                 [(n, 1) for n in cfg.gate.capacity_facts])
-    _check_probe(bench, "position_probe", "gate.position_length", cfg.stream.name,
-                 [(j, cfg.gate.position_length, 1) for j in range(bench.info.n_experiences)]
-                 if cfg.gate.position_length else [])
+def check_probes(cfg: RunConfig, bench) -> None:
+    """The probes under ``probes:`` are registered user probes, each with a mapping of options, and every
+    probe the config asks for can run on this stream (each probe's ``check``): one line, before anything
+    runs."""
+    unknown = unknown_probes(list(cfg.probes))
+    if unknown:
+        raise ValueError(f"run config: probes.{unknown[0]}: no probe {unknown[0]!r} is registered; known: "
+                         f"{PROBES.names()} (a user probe registers with experiments.probes.register_probe, "
+                         "imported with --plugin or plugins:)")
+    for name, options in cfg.probes.items():
+        if options is not None and not hasattr(options, "keys"):
+            raise ValueError(f"run config: probes.{name} must be a mapping of the probe's options ({{}} for none), "
+                             f"got {options!r}")
+        if type(PROBES.get(name)).wanted is not Probe.wanted:       # asked for by its own keys, not here
+            raise ValueError(f"run config: probes.{name}: the built-in probe {name!r} is configured under gate "
+                             f"(see its module, experiments.probes.{name})")
+    for probe in probes_in_order():
+        if probe.wanted(cfg):
+            probe.check(cfg, bench)
 
 
 def check_retention(cfg: RunConfig, bench) -> None:
@@ -721,20 +629,6 @@ def check_retention(cfg: RunConfig, bench) -> None:
     if cfg.meta_train.retention_loss > 0 and cfg.meta_train.steps > 0 and getattr(bench, "meta_recalled", None) is None:
         raise ValueError(f"meta_train.retention_loss: stream {cfg.stream.name!r} does not mark which meta-training "
                          "answers recall earlier episodes (StreamData.meta_recalled); set meta_train.retention_loss=0")
-
-
-def _check_probe(bench, attribute: str, key: str, stream: str, calls: List[tuple]) -> None:
-    """Builds the first item of ``bench.<attribute>(*args)`` for each of ``calls``; one line naming ``key``."""
-    if not calls:
-        return
-    probe = getattr(bench, attribute, None)
-    if probe is None:
-        raise ValueError(f"{key}: stream {stream!r} has no {attribute.replace('_', ' ')} (set {key}=[])")
-    for args in calls:
-        try:
-            probe(*args)[0]
-        except ValueError as err:
-            raise ValueError(f"{key}: {err}") from err
 
 
 # ------------------------------------------------------------------------------------ 3. the stream
@@ -802,7 +696,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
     chances = experience_chances(labels, metric, info.metric_context)
     s_gate = {**stream_gate_from_chances([results.R[j][j] for j in range(len(results.R))], chances, metric,
                                          cfg.gate.min_stream_skill).as_dict(), "chances": chances}
-    learned = combined_gate(session.gate.get("learned"), delay_flag(session.delay), s_gate["learned"])
+    learned = combined_gate(session.gate.get("learned"), delay_flag(session.probes.get("delay") or {}), s_gate["learned"])
     tracker.set_tags({"learned_on_stream": _gate_tag(s_gate["learned"]), "learned_overall": _gate_tag(learned)})
     final = _prefixed(summary, "final")
     final.update(_prefixed(summary_current, "final_current"))
@@ -818,8 +712,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
         [0 if s is None else int(s.nbytes) for s in (states or [])],
         tracker.run_id, run.checkpoint_path if run.checkpoints else None, session.meta_history,
         R_se=results.R_se, R_n=results.R_n, current=current, summary_current=summary_current, gate=session.gate,
-        stream_gate=s_gate, delay=session.delay, interference=session.interference,
-        capacity=session.capacity, position=position_record(run, session, tracker),
+        stream_gate=s_gate, probes={**session.probes, **probe_phase(run, session, tracker, "after_stream")},
         parameters=n_parameters(session.model),
         state_bytes_per_lane=[per_lane[k] for k in sorted(per_lane) if k.startswith("state_bytes/")],
         wall_seconds=wall_seconds, attempts=session.attempts, meta_source=session.meta_source,
@@ -872,7 +765,7 @@ def save(run: ResolvedRun, session: Session, tracker, extra: Optional[Dict[str, 
         next_experience=session.next_experience,
         metrics={"results": session.results.state_dict(), "tokens_after": session.tokens_after,
                  "meta_history": session.meta_history, "meta_source": session.meta_source, "gate": session.gate,
-                 "delay": session.delay, "interference": session.interference, "capacity": session.capacity},
+                 "probes": session.probes},
         extra={"run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
                "plugins": plugin_states(session.strategy.plugins), "wall_seconds": session.wall_seconds(),
                "attempts": session.attempts, **(extra or {})},
@@ -893,9 +786,9 @@ def restore(session: Session, ckpt: Dict[str, Any], tracker) -> None:
     session.meta_history = list(ckpt["metrics"].get("meta_history", []))
     session.meta_source = ckpt["metrics"].get("meta_source")       # None: a checkpoint of older code
     session.gate = dict(ckpt["metrics"].get("gate", {}))
-    session.delay = dict(ckpt["metrics"].get("delay", {}))
-    session.interference = dict(ckpt["metrics"].get("interference", {}))
-    session.capacity = dict(ckpt["metrics"].get("capacity", {}))
+    # a checkpoint of code from before probes were plugins kept the three records at the top level
+    session.probes = dict(ckpt["metrics"].get("probes") or migrate(
+        {k: ckpt["metrics"].get(k, {}) for k in ("delay", "interference", "capacity")})["probes"])
     session.strategy.tokens_streamed = session.tokens_after[-1] if session.tokens_after else 0
     load_plugin_states(session.strategy.plugins, ckpt["extra"].get("plugins", {}))
     set_rng_state(ckpt["rng"])

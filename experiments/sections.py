@@ -10,7 +10,6 @@ loaded (:func:`experiments.study_specs.load_study`).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -20,6 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from experiments import compare
+from experiments.probes import probe_tables
+from experiments.probes.capacity import capacity_paired_table, capacity_points
+from experiments.records import load_records
 from experiments.stats import pairing
 from experiments.plateau import GAIN_SHARE, PLATEAU_GAIN, last_quarter_gains
 from experiments.plateau import meta_rows as _meta_rows
@@ -65,15 +67,13 @@ def _raw(spec: StudySpec, root: Optional[str] = None) -> List[dict]:
     raw, seen = [], set()
     for rel in spec.results:
         path = os.path.join(root or PROJECT_DIR, rel)
-        if os.path.exists(path):
-            with open(path) as fh:
-                for d in json.load(fh):
-                    identity = d.get("config_id") or d.get("run_id")
-                    key = None if identity is None else (identity, d.get("code_version"))
-                    if key is not None and key in seen:
-                        continue
-                    seen.add(key)
-                    raw.append(d)
+        for d in load_records(path):
+            identity = d.get("config_id") or d.get("run_id")
+            key = None if identity is None else (identity, d.get("code_version"))
+            if key is not None and key in seen:
+                continue
+            seen.add(key)
+            raw.append(d)
     return [d for d in raw if all(d["params"].get(k) in allowed for k, allowed in spec.select.items())]
 
 
@@ -553,12 +553,12 @@ def probe_curve_series(records: List[compare.RunRecord]) -> Dict[str, Dict[str, 
     for key, runs in sorted(compare.group_records(records).items()):
         points: Dict[str, Dict[float, list]] = {}
         for r in runs:
-            for p in compare.capacity_points(r):
+            for p in capacity_points(r):
                 points.setdefault("capacity", {}).setdefault(p["facts"], []).append(float(p["score"]))
-            for domain, curve in ((r.position or {}).get("curves") or {}).items():
+            for domain, curve in (r.probe("position").get("curves") or {}).items():
                 for b in curve.get("buckets") or []:
                     points.setdefault(f"position: {domain}", {}).setdefault(b["hi"], []).append(float(b["bits_per_byte"]))
-            for kind, curve in ((r.interference or {}).get("curves") or {}).items():
+            for kind, curve in (r.probe("interference").get("curves") or {}).items():
                 for p in curve:
                     points.setdefault(f"interference: {kind}", {}).setdefault(p["items"], []).append(float(p["score"]))
         for panel, by_x in points.items():
@@ -654,35 +654,6 @@ def _iv(iv) -> str:
     return f"{iv.mean:.3f}" + (f" [{iv.low:.3f}, {iv.high:.3f}]" if iv.n > 1 else "")
 
 
-def _probe_tables(records: List[compare.RunRecord], baseline: Optional[str]):
-    """(caption, table) of every probe's table ('' where no run measured it): delay, capacity,
-    interference, position (and its longest contexts paired against ``baseline``), interference
-    against capacity."""
-    position = compare.position_table(records)
-    paired = ""
-    if position and baseline:
-        try:
-            paired = compare.position_paired_table(records, baseline)
-        except ValueError as e:
-            paired = f"(no paired table: {e})"
-    return [
-        ("Delay-recall curves (measured after meta-training, before the stream, from a fresh state; "
-         "`docs/measurement.md`):", compare.delay_table(records)),
-        ("Capacity curves (after meta-training, before the stream, from a fresh state: recall of N facts bound once "
-         "and then queried; `docs/measurement.md`):", compare.capacity_table(records)),
-        ("Interference curves (measured after meta-training, before the stream, from a fresh state: recall of facts "
-         "presented once against the number of items between them and their queries, by kind of item; "
-         "`docs/measurement.md`):", compare.interference_table(records)),
-        ("Position curves (after the stream, each held-out document read from a fresh state: bits per byte by "
-         "position bucket, mean over seeds; `strategies/evaluation/position.py`):", position),
-        ("The longest contexts (last position bucket of each domain), paired against the baseline (difference = "
-         "row - baseline; lower is better):", paired),
-        ("Interference against capacity (other_region: new bindings of another experience's keys; a memory that "
-         "halves its recall of P facts after h bindings while it holds C facts at once forgets before its capacity "
-         "is used when P + h < C):", compare.before_capacity_table(records)),
-    ]
-
-
 def _cross_version_pairs(records: List[compare.RunRecord], baseline: str) -> str:
     """'CONFIG (k of n), ...': the configurations of a paired table whose pairs with ``baseline`` join runs
     of different code versions ('' when none do, or when the baseline is not found)."""
@@ -744,9 +715,9 @@ class SectionContext:
 
 def summary(ctx: SectionContext) -> List[str]:
     """The summary table (95% intervals, the learned gate, both forgettings, bytes, parameters), then the
-    probes' tables (delay, interference, capacity, position) where runs measured them."""
+    probes' tables (every registered probe's, :mod:`experiments.probes`) where runs measured them."""
     parts = [compare.summary_table(ctx.records), ""]
-    for caption, table in _probe_tables(ctx.records, ctx.spec.baseline):
+    for caption, table in probe_tables(ctx.records, ctx.spec.baseline):
         if table:
             parts += [caption, "", table, ""]
     return parts
@@ -754,7 +725,7 @@ def summary(ctx: SectionContext) -> List[str]:
 
 def capacity_pairs(ctx: SectionContext) -> List[str]:
     """The declared capacity pairs (``capacity_pairs:``), paired at every number of facts, Holm over all."""
-    table = compare.capacity_paired_table(ctx.every_run, ctx.spec.capacity_pairs) if ctx.spec.capacity_pairs else ""
+    table = capacity_paired_table(ctx.every_run, ctx.spec.capacity_pairs) if ctx.spec.capacity_pairs else ""
     if not table:
         return []
     return ["Capacity curves paired (the declared pairs, each at every number of facts both measured: recall, "

@@ -5,12 +5,12 @@ tasks (``backend="ray"``: a local Ray started for the sweep, or an existing clus
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import traceback
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from experiments.config import RunConfig, run_config
+from experiments.records import load_records, write_records
 
 
 def expand(base, overrides: Sequence[str], grid: Dict[str, List[str]], plugins: Sequence[str] = ()) -> List[RunConfig]:
@@ -178,12 +178,12 @@ def merge_record_files(out: str, inputs: Sequence[str]) -> Tuple[int, int]:
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with FileLock(f"{out}.lock"):
         for path in ([out] if os.path.exists(out) else []) + list(inputs):
-            with open(path) as fh:
-                records = json.load(fh)
-            if not isinstance(records, list):
-                raise ValueError(f"merge: {path} is not a list of run records (what ovq-cl sweep --out writes)")
+            try:
+                records = load_records(path, missing_ok=False)
+            except ValueError as err:
+                raise ValueError(f"merge: {err}") from err
             for record in records:
-                if not isinstance(record, dict) or "config_id" not in record or "params" not in record:
+                if "config_id" not in record or "params" not in record:
                     raise ValueError(f"merge: {path} holds an entry that is not a run record (no config_id or params)")
                 identity = (record["config_id"], record.get("code_version"))
                 if identity in seen:
@@ -194,10 +194,7 @@ def merge_record_files(out: str, inputs: Sequence[str]) -> Tuple[int, int]:
                     continue
                 seen[identity] = record
                 merged.append(record)
-        tmp = f"{out}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump(merged, fh, indent=1)
-        os.replace(tmp, out)
+        write_records(out, merged)
     return len(merged), dropped
 
 
@@ -227,8 +224,7 @@ def _identities_and_records(configs, path: str, rerun: bool, announce):
     recorded = {}
     if not rerun and os.path.exists(path):
         try:
-            with open(path) as fh:
-                recorded = {(d.get("config_id"), d.get("code_version")): d for d in json.load(fh) if isinstance(d, dict)}
+            recorded = {(d.get("config_id"), d.get("code_version")): d for d in load_records(path)}
         except (OSError, ValueError):       # a file this code did not write: rewritten from the runs
             recorded = {}
     ours, found = set(), {}
@@ -264,13 +260,9 @@ def _write_records(results, path: str, ours=()) -> None:
         if ours and os.path.exists(path):
             done = {(d.get("config_id"), d.get("code_version")) for d in new}
             try:
-                with open(path) as fh:
-                    old = json.load(fh)
+                old = load_records(path)
             except (OSError, ValueError):      # a file this code did not write: rewritten from our runs
                 old = []
-            kept = [d for d in old if isinstance(d, dict) and d.get("config_id") in ours
+            kept = [d for d in old if d.get("config_id") in ours
                     and (d.get("config_id"), d.get("code_version")) not in done]
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump(kept + new, fh, indent=1)
-        os.replace(tmp, path)
+        write_records(path, kept + new)

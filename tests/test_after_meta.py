@@ -127,7 +127,7 @@ def test_a_larger_dictionary_at_test_time_keeps_the_weights_and_grows_the_state_
     plain = run(cfg(root, "slots16", **shared))
     wider = run(cfg(root, "slots64", {"mixers": {"ovq": {"num_slots": 64}}}, gate={"capacity_facts": [2]}, **shared))
     assert wider.meta_history == plain.meta_history and wider.parameters == plain.parameters
-    assert wider.capacity["bound_per_layer"] == [64]
+    assert wider.probes["capacity"]["bound_per_layer"] == [64]
     # the dictionary (keys, values, counts per slot) grows 4x; what does not scale with N stays
     assert all(3 * b < w < 4 * b for b, w in zip(plain.state_bytes_per_lane, wider.state_bytes_per_lane))
     assert cfg(root, "x", {"mixers": {"ovq": {"num_slots": 64}}}).identity() != cfg(root, "x").identity()

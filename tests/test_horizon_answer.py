@@ -21,7 +21,7 @@ def _record(mixer, episodes, seed, final, half, recalled=0.9, learned=True, chan
         params={"model.layers": f"['{mixer}']", "stream.options.meta_sequence_episodes": str(episodes),
                 "model.state_budget": "67840", "meta_train.steps": "400" if episodes == 4 else "1000"},
         seed=seed, data_seed=seed, learned=learned, gate_chance=chance,
-        interference={"curves": {"other_region": curve}, "half_items": {"other_region": half}},
+        probes={"interference": {"curves": {"other_region": curve}, "half_items": {"other_region": half}}},
         meta_history=[{"step": 500, "accuracy": 0.5, "accuracy_recalled": 0.1},
                       {"step": 1000, "accuracy": 0.95, "accuracy_recalled": recalled}])
 
@@ -358,9 +358,9 @@ def test_a_row_the_budget_rule_will_replace_is_pending_and_gives_no_answer_or_re
 def test_a_seed_without_a_half_point_is_never_read_as_moved():
     """No recall of the probe's facts at 0 items on one seed: 'on every seed' cannot be read, so (c)."""
     records = _pairs("delta", [(0.40, 32), (0.35, 64), (0.38, 16)], [(0.70, 128), (0.72, None), (0.69, 64)])
-    records[-1].interference["curves"]["other_region"] = [{"items": n, "score": 0.0, "skill": 0.0, "se": 0.0, "n": 8}
+    records[-1].probes["interference"]["curves"]["other_region"] = [{"items": n, "score": 0.0, "skill": 0.0, "se": 0.0, "n": 8}
                                                            for n in (0, 256)]
-    records[-1].interference["half_items"]["other_region"] = None
+    records[-1].probes["interference"]["half_items"]["other_region"] = None
     rows, mixers = _answers(records)
     assert rows["delta"] == ("c", "no half point on some seed (no recall of the probe's facts at 0 items, or no curve)")
     table = horizon_answer.answer_table(records, "model.layers", STANDARD, LONG)
@@ -444,8 +444,8 @@ def test_what_every_open_reading_gives_is_decided():
     """A no-t-test row answers where every reading it leaves open gives one answer ((c) for a seed without
     a half point), and a mixer is (a) when its undecided row could give (a) or (c) but never (b)."""
     records = _pairs("delta", [(0.5, 16), (0.6, 32), (0.55, 16)], [(0.375, 64), (0.475, 64), (0.425, 128)])
-    records[-1].interference["half_items"]["other_region"] = None
-    records[-1].interference["curves"]["other_region"] = [{"items": n, "score": 0.0, "skill": 0.0, "se": 0.0, "n": 8}
+    records[-1].probes["interference"]["half_items"]["other_region"] = None
+    records[-1].probes["interference"]["curves"]["other_region"] = [{"items": n, "score": 0.0, "skill": 0.0, "se": 0.0, "n": 8}
                                                            for n in (0, 256)]
     rows, mixers = _answers(records)
     assert rows["delta"][0] == "c" and mixers["delta"][0] == "c"

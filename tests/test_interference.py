@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from experiments.probes.interference import before_capacity, before_capacity_table, half_point, interference_table
 from ovq_cl.base import IGNORE, SEP
 from strategies.evaluation.capacity import CapacityCurve, CapacityPoint, measure_capacity
 from strategies.evaluation.interference import InterferenceCurves, InterferencePoint, item_ladder, measure_interference
@@ -175,32 +176,32 @@ def test_the_before_capacity_table_tells_interference_from_a_full_memory():
         return compare.RunRecord(
             label=f"{layers}-s{seed}", params={"model.layers": f"['{layers}']", "stream.options.facts_per_episode": "8"},
             metric="accuracy", summary={}, seed=seed, data_seed=seed, state_bytes=[67840.0],
-            interference={"curves": {"other_region": curve}, "half_items": {"other_region": half}},
-            capacity={"curve": {"points": [{"facts": 8, "score": 1.0}, {"facts": 16, "score": 1.0},
+            probes={"interference": {"curves": {"other_region": curve}, "half_items": {"other_region": half}},
+                    "capacity": {"curve": {"points": [{"facts": 8, "score": 1.0}, {"facts": 16, "score": 1.0},
                                            {"facts": 32, "score": 0.9}, {"facts": 48, "score": 0.8},
                                            {"facts": top, "score": 0.1}]},
-                      "capacity": capacity, "bound_per_layer": [64]})
+                      "capacity": capacity, "bound_per_layer": [64]}})
 
     # delta s0: 8 + 16 < 32 whatever the rungs allow (h <= 16, C >= 32): yes. s1: h in (32, 64], C in
     # [48, 128): 8 + 33 = 41 < 127 may hold and 8 + 64 < 48 may not: unknown (once read as "no")
     records = [record("delta", 0, 16, 32), record("delta", 1, 64, 48), record("ovq", 0, None, 16),
                record("ssm", 0, 4, None)]
-    table = compare.before_capacity_table(records)
+    table = before_capacity_table(records)
     rows = {line.split(" | ")[0]: line for line in table.splitlines()[2:]}
     assert "| 16, 64 | 32, 48 | 1 of 1 seeds; 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['delta']"]
     # never halves up to 64 items (h >= 65), holds 16 but not 32 facts (C <= 31): 8 + 65 >= 31, no
     assert "| >64 | 16 | 0 of 1 seeds |" in rows["| layers=['ovq']"]
     assert "| 4 | <8 | n/a (no capacity) |" in rows["| layers=['ssm']"]
-    assert compare._before_capacity(8, 64, 32, 256, 48, 64) is None          # h may be 33: 41 < 63 may hold
-    assert compare._before_capacity(8, 16, 8, 256, 8, 16) is False           # 8 + 9 >= 15 at the least
+    assert before_capacity(8, 64, 32, 256, 48, 64) is None          # h may be 33: 41 < 63 may hold
+    assert before_capacity(8, 16, 8, 256, 8, 16) is False           # 8 + 9 >= 15 at the least
     # a capacity at the ladder's top is a lower bound: P + h < C is then known only when P + h is below it
     records = [record("delta", 0, 16, 128, top=128), record("delta", 1, 64, 48, top=64), record("ovq", 0, None, 64, top=64)]
     for r in records[1:]:
-        r.capacity["curve"]["points"][-1]["score"] = 0.9
-    rows = {line.split(" | ")[0]: line for line in compare.before_capacity_table(records).splitlines()[2:]}
+        r.probes["capacity"]["curve"]["points"][-1]["score"] = 0.9
+    rows = {line.split(" | ")[0]: line for line in before_capacity_table(records).splitlines()[2:]}
     assert "| 16, 64 | >=128, 48 | 1 of 1 seeds; 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['delta']"]
     assert "| >64 | >=64 | 1 seed(s) unknown (beyond the ladders) |" in rows["| layers=['ovq']"]
-    assert compare.before_capacity_table([record("delta", 0, 16, 64).__class__(label="x", params={}, metric="accuracy",
+    assert before_capacity_table([record("delta", 0, 16, 64).__class__(label="x", params={}, metric="accuracy",
                                                                                summary={})]) == ""
 
 
@@ -214,10 +215,10 @@ def test_a_curve_without_skill_at_0_items_has_no_half_point_not_an_infinite_one(
         curve = [{"items": n, "score": 0.01, "chance": 0.02, "skill": s, "standard_error": 0.0, "episodes": 8, "tokens": 2 * n}
                  for n, s in ((0, skill0), (64, skill0))]
         return compare.RunRecord(label="x", params={"model.layers": "['ssm']"}, metric="accuracy", summary={}, seed=0,
-                                 data_seed=0, interference={"curves": {"other_region": curve},
-                                                            "half_items": {"other_region": None}})
+                                 data_seed=0, probes={"interference": {"curves": {"other_region": curve},
+                                                                             "half_items": {"other_region": None}}})
     none, robust = record(-0.01), record(1.0)
-    assert math.isnan(compare.half_point(none, "other_region")) and compare.half_point(robust, "other_region") == math.inf
+    assert math.isnan(half_point(none, "other_region")) and half_point(robust, "other_region") == math.inf
     assert math.isnan(horizon_answer._half(none, "other_region"))
-    assert "n/a (no skill at 0)" in compare.interference_table([none])
-    assert "| >64 |" in compare.interference_table([robust])
+    assert "n/a (no skill at 0)" in interference_table([none])
+    assert "| >64 |" in interference_table([robust])

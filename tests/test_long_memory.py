@@ -184,7 +184,7 @@ def test_the_runner_measures_the_delay_curve_and_gates_on_it_when_asked(tmp_path
                       "strategy": {**TINY["strategy"], "name": strategy}, "meta_train": {"steps": 2, "batch_size": 4},
                       "gate": {"delay_episodes": 4, "delay": delay}, "output_dir": str(tmp_path)})
     result = run(cfg)
-    d = result.delay
+    d = result.probes["delay"]
     T = d["episode"]
     assert d["learning"] == 2 * T and d["longest"] == 3 * 2 * T     # 8 episodes / 4 lanes, 3 experiences
     points = d["curve"]["points"]
@@ -198,11 +198,11 @@ def test_the_runner_measures_the_delay_curve_and_gates_on_it_when_asked(tmp_path
 def test_the_stream_delays_count_only_the_episodes_training_streams():
     from types import SimpleNamespace
 
-    from experiments.runner import stream_delays
+    from experiments.probes.delay import stream_delays
     exps = [SimpleNamespace(dataset=[0] * n) for n in (9, 8, 11)]      # 9 and 11 leave a partial minibatch
-    run = SimpleNamespace(config=SimpleNamespace(strategy=SimpleNamespace(train_mb_size=4)),
-                          bench=SimpleNamespace(train_stream=exps, info=SimpleNamespace(seq_len=10)))
-    assert stream_delays(run) == {"learning": 20, "longest": 60, "episode": 10}   # 2 episodes per lane each
+    cfg = SimpleNamespace(strategy=SimpleNamespace(train_mb_size=4))
+    bench = SimpleNamespace(train_stream=exps, info=SimpleNamespace(seq_len=10))
+    assert stream_delays(cfg, bench) == {"learning": 20, "longest": 60, "episode": 10}   # 2 episodes per lane each
 
 
 def test_the_cli_prints_the_delay_curve_and_every_gate(tmp_path, capsys):

@@ -7,6 +7,7 @@ import torch
 
 from streams import text_data
 from strategies.evaluation.position import PositionCurve, measure_position_curve, position_edges
+from experiments.probes.position import position_paired_table, position_table
 
 
 class CopyAfter(torch.nn.Module):
@@ -77,10 +78,10 @@ def test_a_run_logs_position_curves_per_domain(tmp_path):
             "tracking": {"enabled": False}, "checkpoint": {"enabled": False}, "output_dir": str(tmp_path)}
     cfg = run_config({**base, "gate": {"position_length": 300, "position_episodes": 2, "position_chunk": 64}})
     result = run(cfg)
-    curves = result.position["curves"]
+    curves = result.probes["position"]["curves"]
     assert list(curves) == ["prose", "code"] and [b["hi"] for b in curves["prose"]["buckets"]] == [64, 256, 300]
     assert all(math.isfinite(b["bits_per_byte"]) for c in curves.values() for b in c["buckets"])
-    table = compare.position_table([compare.record_from_json(result.record())])
+    table = position_table([compare.record_from_json(result.record())])
     assert "| prose | 1 |" in table and "[256, 300)" in table
     assert run_config(base).identity() == run_config({**base, "gate": {"position_length": 0}}).identity()
     with pytest.raises(ValueError, match="gate.position_length"):
@@ -94,14 +95,14 @@ def test_the_last_bucket_is_paired_against_the_baseline():
         return compare.RunRecord(
             label=f"{layers}-s{seed}", params={"model.layers": f"['{layers}']"}, metric="bits_per_byte", summary={},
             seed=seed, data_seed=seed,
-            position={"curves": {"prose": {"buckets": [{"lo": 0, "hi": 64, "bits_per_byte": 5.0, "standard_error": 0.1,
+            probes={"position": {"curves": {"prose": {"buckets": [{"lo": 0, "hi": 64, "bits_per_byte": 5.0, "standard_error": 0.1,
                                                         "documents": 8},
                                                        {"lo": 64, "hi": 300, "bits_per_byte": last, "standard_error": 0.1,
-                                                        "documents": 8}]}}})
+                                                        "documents": 8}]}}}})
 
     records = [record("swa+ovq", s, 2.0 + 0.01 * s) for s in range(4)] + [record("swa", s, 2.5 + 0.02 * s) for s in range(4)]
     records += [record("vq", s, 2.25 + 0.01 * s) for s in range(4)]       # +0.25 on every pair: no t-test
-    table = compare.position_paired_table(records, "swa+ovq")
+    table = position_paired_table(records, "swa+ovq")
     row = next(line for line in table.splitlines() if "swa']" in line and "prose" in line)
     assert "| [64, 300) | 4 | +0.515 [" in row            # 0.5 + 0.01 * mean(s)
     flat = next(line for line in table.splitlines() if "vq']" in line and "prose" in line)

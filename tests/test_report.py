@@ -130,7 +130,8 @@ def test_budget_partitions_pair_within_a_budget_and_the_delay_table_and_plot(stu
 
 def test_the_delay_table_says_each_rows_delays_when_configurations_differ():
     """A stream whose experiences are longer has a later learning delay: one header cannot name both."""
-    from experiments.compare import delay_table, record_from_json
+    from experiments.compare import record_from_json
+    from experiments.probes.delay import delay_table
 
     short = [_with_budget_and_curve(_run("ovq", s, [[1.0, 0.0], [0.9, 0.95]]), 1, 1000) for s in range(2)]
     longer = [_with_budget_and_curve(_run("swa", s, [[1.0, 0.0], [0.9, 0.95]]), 1, 25) for s in range(2)]

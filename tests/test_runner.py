@@ -444,25 +444,27 @@ def test_interference_curves_are_measured_logged_recorded_and_tabled(in_tmp):
     from mlflow import MlflowClient
 
     from experiments import compare
+    from experiments.probes.capacity import capacity_table
+    from experiments.probes.interference import interference_table
 
     root, uri = in_tmp
     gate = {"interference": ["neutral", "other_region"], "interference_max_items": 4, "interference_episodes": 4,
             "capacity_facts": [2, 8]}
     cfg = cfg_for(root, "interference", gate=gate)
     result = run(cfg)
-    curves = result.interference["curves"]
+    curves = result.probes["interference"]["curves"]
     assert list(curves) == ["neutral", "other_region"]
-    assert [p["items"] for p in curves["neutral"]] == [0, 1, 2, 4] and set(result.interference["half_items"]) == set(curves)
+    assert [p["items"] for p in curves["neutral"]] == [0, 1, 2, 4] and set(result.probes["interference"]["half_items"]) == set(curves)
     history = MlflowClient(uri).get_metric_history(result.run_id, "interference/other_region")
     assert sorted(m.step for m in history) == [0, 1, 2, 4]
     record = result.record()
-    assert record["interference"] == result.interference
-    table = compare.interference_table([compare.record_from_json(record)])
+    assert record["probes"]["interference"] == result.probes["interference"]
+    table = interference_table([compare.record_from_json(record)])
     assert "| other_region | 1 |" in table and "@ 4 items" in table
-    assert [p["facts"] for p in result.capacity["curve"]["points"]] == [2, 8] and record["capacity"] == result.capacity
+    assert [p["facts"] for p in result.probes["capacity"]["curve"]["points"]] == [2, 8]
     assert sorted(m.step for m in MlflowClient(uri).get_metric_history(result.run_id, "capacity")) == [2, 8]
-    assert result.capacity["bound_per_layer"] == [16]                           # TINY: OVQ, 16 slots
-    assert "@ 8 facts" in compare.capacity_table([compare.record_from_json(record)])
+    assert result.probes["capacity"]["bound_per_layer"] == [16]                           # TINY: OVQ, 16 slots
+    assert "@ 8 facts" in capacity_table([compare.record_from_json(record)])
     # without curves the identity is the one a config written before they existed has
     plain = cfg_for(root, "interference")
     d = plain.to_dict()

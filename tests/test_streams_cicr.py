@@ -186,7 +186,7 @@ def test_a_run_on_the_continuous_key_stream(tmp_path):
         "tracking": {"enabled": False}, "checkpoint": {"enabled": False}, "output_dir": str(tmp_path)})
     result = run(cfg)
     assert len(result.R) == 2 and all(0.0 <= v <= 1.0 for row in result.R for v in row if v is not None)
-    assert set(result.interference["curves"]) == {"neutral", "other_region"}
+    assert set(result.probes["interference"]["curves"]) == {"neutral", "other_region"}
     assert math.isfinite(result.summary["final_average"])
 
 

@@ -66,6 +66,10 @@ class Registry(Generic[T]):
     def items(self):
         return sorted(self._entries.items())
 
+    def registered(self) -> List[T]:
+        """The entries in the order they were registered (where order matters: probes run in it)."""
+        return list(self._entries.values())
+
     def load_entry_points(self) -> None:
         """Imports (and, for functions, calls) every entry point of this registry's group, once."""
         if self._entry_points_loaded:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from experiments import compare, plateau
+from experiments.probes.interference import half_point
 from experiments.stats import pairing
 from experiments.stats.intervals import paired_comparison
 from experiments.stats.multiple import holm, holm_bounds
@@ -205,7 +206,7 @@ class RecipeRow:
 
 #: a run's half point: inf when it never halves up to the ladder's end, NaN without a curve or without
 #: skill at 0 items (never "robust"); one definition, the tables'
-_half = compare.half_point
+_half = half_point
 
 
 def recalled_skill(r: compare.RunRecord) -> float:
@@ -447,7 +448,7 @@ def answer_table(records: Sequence[compare.RunRecord], by: str, standard: str, t
         return f"(no answer: {e})"
     if not rows:
         return ""
-    ends = sorted({p["items"] for r in records for p in ((r.interference or {}).get("curves") or {}).get(kind, [])})
+    ends = sorted({p["items"] for r in records for p in (r.probe("interference").get("curves") or {}).get(kind, [])})
     ladder_end = f">{ends[-1]}" if ends else "beyond"
     lines = ([f"**Provisional**: declared sweeps not finished yet ({', '.join(unwritten)}): under the budget "
               "rule their longer runs replace rows of this table, so a row, an answer or a recipe below may still "
