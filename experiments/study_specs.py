@@ -29,6 +29,7 @@ class StudySpec:
     ``analysis.py``)."""
 
     title: str = ""
+    reading: str = ""                                    # one sentence: what it found (RESULTS.md's index), from findings
     order: int = 100
     setup: str = ""
     commands: List[str] = field(default_factory=list)

@@ -73,9 +73,18 @@ def test_a_section_says_how_many_of_its_runs_resumed_after_a_stop(tmp_path, monk
 
 
 def test_write_report_and_unknown_study(study):
+    """RESULTS.md is an index (a line per study: its title linking to its page, its reading); each study's
+    section is its own page under results/studies/, written again byte for byte."""
+    spec = study_file(study / "studies", "toy")
+    spec.write_text(spec.read_text() + "reading: 'It found a thing.'\n")
     path = report.write_report(str(study / "RESULTS.md"))
     text = open(path).read()
-    assert text.startswith("# Results") and "## Toy study" in text and "do not edit by hand" in text
+    assert text.startswith("# Results") and "do not edit by hand" in text and "## Toy study" not in text
+    assert "- [Toy study](results/studies/toy.md): It found a thing." in text
+    page = (study / "results" / "studies" / "toy.md").read_text()
+    assert page.startswith("[Results](../../RESULTS.md) > Toy study") and "## Toy study" in page and "A finding." in page
+    report.write_report(str(study / "RESULTS.md"))
+    assert open(path).read() == text and (study / "results" / "studies" / "toy.md").read_text() == page
     with pytest.raises(FileNotFoundError, match="known: \\['toy'\\]"):
         study_specs.load_study("nope")
 

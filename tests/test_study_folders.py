@@ -111,3 +111,14 @@ def test_no_module_outside_a_study_folder_names_a_study():
                 if found:
                     offenders.append((os.path.relpath(path, ROOT), sorted(set(found))))
     assert not offenders, offenders
+
+
+def test_every_study_with_findings_has_a_one_sentence_reading():
+    """RESULTS.md's index shows each study's reading beside the link to its page: a study read (its findings
+    written) says it in one sentence; one not yet read says nothing there."""
+    from experiments.study_specs import all_studies
+
+    for spec in all_studies():
+        if spec.findings.strip():
+            assert spec.reading.strip(), f"{spec.name}: findings but no reading"
+        assert len(" ".join(spec.reading.split())) <= 350, f"{spec.name}: a reading is one sentence"
