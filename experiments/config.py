@@ -207,7 +207,20 @@ class RunConfig:
         if cfg.checkpoint.dir is None:
             cfg.checkpoint.dir = os.path.join(cfg.output_dir, "checkpoints")
         cfg.stream_model()                    # after_meta.model: validated before anything runs
+        # what was checked, so that a config checked once and not changed since is not checked again
+        # (the runner resolves what run_config already checked): a plain attribute, not a field
+        object.__setattr__(cfg, "_checked_as", cfg._fingerprint())
         return cfg
+
+    def _fingerprint(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, default=str)
+
+    def checked(self) -> "RunConfig":
+        """A validated copy, as :meth:`check` gives: a copy of this config when it is one :meth:`check`
+        returned and nothing in it changed since (no second validation), else :meth:`check`'s."""
+        if getattr(self, "_checked_as", None) == self._fingerprint():
+            return copy.deepcopy(self)
+        return self.check()
 
     def stream_model(self) -> ModelConfig:
         """The model config of everything after meta-training: ``model`` with ``after_meta.model``
@@ -440,8 +453,9 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins:
         # as plain values (interpolations kept as written), so that validating the same options again
         # (a study validates each sweep's grid, then runs it) is a lookup, not another ~40 ms omegaconf merge
         user = OmegaConf.to_container(user, resolve=False)
-    cfg = validate(RunConfig, user, "run config").check()
-    return with_data_seed(cfg)
+    cfg = with_data_seed(validate(RunConfig, user, "run config").check())
+    object.__setattr__(cfg, "_checked_as", cfg._fingerprint())     # the data seed is a valid option: checked
+    return cfg
 
 
 MOVED_STRATEGY_KEYS = {"ewc_lambda": "ewc_lambda", "ewc_mode": "mode", "ewc_decay": "decay_factor",

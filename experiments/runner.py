@@ -282,7 +282,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     places it writes, the device and the torchrun group (joined here), batch sizes against the ranks,
     the stream (built here, after seeding every generator with ``seed``), its lanes, the options
     ``after_meta.model`` may change. One line per mistake (ValueError)."""
-    cfg = with_data_seed(cfg.check())
+    cfg = with_data_seed(cfg.checked())          # checked again only if changed since run_config checked it
     cfg.check_locations()
     device = cfg.resolved_device()
     dp = distributed.start(device)                    # None unless started by torchrun

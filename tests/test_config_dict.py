@@ -68,3 +68,23 @@ def test_a_value_omegaconf_might_convert_differently_is_refused():
     with pytest.raises(TypeError, match="not a plain config value"):
         cfg.to_dict()
     assert plain_dict({"a": (1, 2.0, None, "x", True)}) == {"a": [1, 2.0, None, "x", True]}   # tuples as lists
+
+
+def test_a_config_is_checked_once_unless_it_changes(monkeypatch):
+    """The runner resolves what run_config already validated without validating it again; a config changed
+    since (or built by hand) is validated again, and its mistakes are still one line."""
+    import pytest
+
+    from experiments.config import RunConfig, run_config
+
+    cfg = run_config({"stream": {"name": "icr", "options": {}}})
+    calls = []
+    real = RunConfig.check
+    monkeypatch.setattr(RunConfig, "check", lambda self: calls.append(1) or real(self))
+    again = cfg.checked()
+    assert calls == [] and again == cfg and again is not cfg and again.model is not cfg.model
+    cfg.strategy.lr = -1.0
+    with pytest.raises(ValueError, match="strategy.lr"):
+        cfg.checked()
+    assert calls == [1]
+    assert RunConfig().checked().stream.name == RunConfig().stream.name and calls == [1, 1]
