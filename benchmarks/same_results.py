@@ -28,7 +28,14 @@ def sample_configs(meta_steps: int, root: str):
     """(study name, RunConfig) for the sample, deduplicated by config identity: every sweep command at
     smoke sizes with its grid whole but for the seeds (the first only)."""
     from experiments.study import expand_sweep, is_seed_axis, smoke_command, smoke_repeats, sweep_commands
-    from experiments.study_specs import load_study, study_names
+    from experiments.study_specs import load_study
+    try:
+        from experiments.study_specs import study_names
+    except ImportError:                  # a commit from before study folders: one YAML file per study
+        from experiments.study_specs import STUDIES_DIR
+
+        def study_names():
+            return sorted(f[:-5] for f in os.listdir(STUDIES_DIR) if f.endswith(".yaml"))
 
     seen, out = set(), []
     for name in study_names():

@@ -573,7 +573,7 @@ def gate_phase(run: ResolvedRun, session: Session, tracker) -> Gates:
 def probe_phase(run: ResolvedRun, session: Session, tracker, phase: str) -> Dict[str, Dict[str, Any]]:
     """Every registered probe of ``phase`` that the config asks for (:mod:`experiments.probes`, in
     registration order), on the session's model, each with the global RNG kept (a probe changes nothing the
-    stream draws): its metrics, tags and artifacts (``<artifact>.json`` its record, ``.txt`` its table,
+    stream draws; the built-ins excepted, ``Probe.keeps_rng``): its metrics, tags and artifacts (``<artifact>.json`` its record, ``.txt`` its table,
     ``.png`` its figure) logged, its table printed with progress on. Returns ``{name: record}``."""
     import matplotlib.pyplot as plt
 
@@ -582,7 +582,7 @@ def probe_phase(run: ResolvedRun, session: Session, tracker, phase: str) -> Dict
         if not probe.wanted(cfg):
             continue
         ctx = ProbeContext(cfg, run.bench, session.model, run.device, run.autocast, probe.options(cfg))
-        with _rng_kept():
+        with _rng_kept() if probe.keeps_rng else contextlib.nullcontext():
             measured = probe.measure(ctx)
         if not measured.record:
             continue

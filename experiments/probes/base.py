@@ -18,8 +18,9 @@ framework names a probe. The built-in probes (delay, interference, capacity, pos
 :func:`register_probe` (imported with ``--plugin`` or ``plugins:``), configured in a run's config under
 ``probes.<name>`` (its options; ``probes: {name: {}}`` asks for it with none).
 
-The global RNG is left as it was by every probe (:func:`run_probes`), so a probe added to a run does not
-change what the stream's training draws: its R is the run's R without it.
+The global RNG is left as it was by a user's probe (``Probe.keeps_rng``), so a probe added to a run does not
+change what the stream's training draws: its R is the run's R without it. The built-in probes are the
+exception (they draw from it as they always did, so that recorded runs reproduce bit for bit).
 """
 from __future__ import annotations
 
@@ -71,6 +72,13 @@ class Probe:
     name: str = ""
     phase: str = "before_stream"
     artifact: Optional[str] = None          # the artifacts' file stem (default: ``name``)
+    # the runner restores the global RNG after the probe, so that it changes nothing the stream draws. The
+    # four built-ins set False: they draw from the global RNG, as they did before probes were plugins, and
+    # the runs already recorded must reproduce bit for bit; so turning one of them on or off changes what a
+    # strategy that draws during the stream (replay's sampling) draws. Giving each its own generator is a
+    # change of results, for a new code version with the studies pinned.
+    keeps_rng: bool = True
+    table_rank: int = 100                   # where its tables stand in a report (the built-ins: 10-40)
 
     def wanted(self, cfg) -> bool:
         """Whether the run asks for this probe: by default, ``probes.<name>`` is in its config."""

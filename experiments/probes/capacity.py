@@ -15,6 +15,8 @@ from strategies.evaluation.capacity import measure_capacity, plot_capacity
 
 class CapacityProbe(Probe):
     name = "capacity"
+    keeps_rng = False                  # as before probes were plugins (Probe.keeps_rng)
+    table_rank = 20
 
     def wanted(self, cfg) -> bool:
         return bool(cfg.gate.capacity_facts)

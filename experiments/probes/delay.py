@@ -27,6 +27,8 @@ def _gate_tag(flag) -> str:
 
 class DelayProbe(Probe):
     name, artifact = "delay", "delay_curve"
+    keeps_rng = False                  # as before probes were plugins (Probe.keeps_rng)
+    table_rank = 10
 
     def wanted(self, cfg) -> bool:
         return cfg.gate.delay_episodes > 0

@@ -14,6 +14,8 @@ from strategies.evaluation.interference import item_ladder, measure_interference
 
 class InterferenceProbe(Probe):
     name = "interference"
+    keeps_rng = False                  # as before probes were plugins (Probe.keeps_rng)
+    table_rank = 30
 
     def wanted(self, cfg) -> bool:
         return bool(cfg.gate.interference)

@@ -13,6 +13,8 @@ from strategies.evaluation.position import measure_position_curve, plot_position
 
 class PositionProbe(Probe):
     name, phase = "position", "after_stream"
+    keeps_rng = False                  # as before probes were plugins (Probe.keeps_rng)
+    table_rank = 40
 
     def wanted(self, cfg) -> bool:
         return bool(cfg.gate.position_length)
