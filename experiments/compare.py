@@ -691,6 +691,12 @@ class VerdictRow:
             return "OVQ holds more" + named + few
         if p < 0.05:
             return "**OVQ holds less**" + few
+        # no difference where one side did not learn the task is no reading of what either memory keeps
+        # (as the claims table says it: experiments.claims); a loss to a non-learner, above, still counts
+        if not other_learned:
+            return f"not read: against a non-learner ({counts[1]}/{c.n} learned)" + few
+        if not ovq_learned:
+            return f"not read: OVQ did not learn ({counts[0]}/{c.n} learned)" + few
         # what the test could have seen: 80% power at 5% for the observed spread of the differences
         could = detectable_difference(self.primary_sd, c.n)
         return "no difference detected" + few + (

@@ -526,14 +526,23 @@ def test_the_verdict_words_count_who_learned_over_the_primarys_pairs_and_read_th
 
     ovq = [_final("ovq", s, 0.6 + d) for s, d in enumerate(DIFFS)]
     ssm = [_final("ssm", s, 0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)]
-    for r in ssm[:6]:
+    for r in ssm[:4]:
         r["learned"] = None                     # a gate never recorded is not a pass
         r.pop("gate", None)
         r.pop("stream_gate", None)
     _spec_files(tmp_path, monkeypatch, {"a": (ovq + ssm, "F")})
     (row,) = [e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row]
-    assert row.learned_primary == (10, 4)
+    assert row.learned_primary == (10, 6)
     sd = statistics.stdev([0.6 + d - (0.6 + d + 0.02 * (-1) ** s) for s, d in enumerate(DIFFS)])
     assert row.primary_sd == pytest.approx(sd)
     assert row.primary.p_t > 0.05 and row.primary_verdict == "no difference detected" + (
         f" (a difference of {detectable_difference(sd, 10):.2f} found with 80% power at 5%, before Holm)")
+    # the other side learned on 4 of 10 seeds: no difference against a non-learner is not read
+    for r in ssm[4:6]:
+        r["learned"] = None
+        r.pop("gate", None)
+        r.pop("stream_gate", None)
+    (tmp_path / "results" / "a.json").write_text(json.dumps(ovq + ssm))
+    (row,) = [e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row]
+    assert row.learned_primary == (10, 4)
+    assert row.primary_verdict == "not read: against a non-learner (4/10 learned)"
