@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -207,9 +208,7 @@ class RunConfig:
         if cfg.checkpoint.dir is None:
             cfg.checkpoint.dir = os.path.join(cfg.output_dir, "checkpoints")
         cfg.stream_model()                    # after_meta.model: validated before anything runs
-        # what was checked, so that a config checked once and not changed since is not checked again
-        # (the runner resolves what run_config already checked): a plain attribute, not a field
-        object.__setattr__(cfg, "_checked_as", cfg._fingerprint())
+        _mark_checked(cfg)
         return cfg
 
     def _fingerprint(self) -> str:
@@ -218,7 +217,8 @@ class RunConfig:
     def checked(self) -> "RunConfig":
         """A validated copy, as :meth:`check` gives: a copy of this config when it is one :meth:`check`
         returned and nothing in it changed since (no second validation), else :meth:`check`'s."""
-        if getattr(self, "_checked_as", None) == self._fingerprint():
+        entry = _CHECKED.get(id(self))
+        if entry is not None and entry[0]() is self and entry[1] == self._fingerprint():
             return copy.deepcopy(self)
         return self.check()
 
@@ -454,8 +454,19 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins:
         # (a study validates each sweep's grid, then runs it) is a lookup, not another ~40 ms omegaconf merge
         user = OmegaConf.to_container(user, resolve=False)
     cfg = with_data_seed(validate(RunConfig, user, "run config").check())
-    object.__setattr__(cfg, "_checked_as", cfg._fingerprint())     # the data seed is a valid option: checked
+    _mark_checked(cfg)                                  # the data seed is a valid option: checked as it is
     return cfg
+
+
+#: the configs :meth:`RunConfig.check` returned, as they were then (id -> (weak reference, fingerprint)), so
+#: that one checked and not changed since is not checked again (the runner resolves what run_config
+#: checked); kept beside the config, not in it, so that ``vars(cfg)`` stays its fields
+_CHECKED: Dict[int, tuple] = {}
+
+
+def _mark_checked(cfg: "RunConfig") -> None:
+    key = id(cfg)
+    _CHECKED[key] = (weakref.ref(cfg, lambda _, key=key: _CHECKED.pop(key, None)), cfg._fingerprint())
 
 
 MOVED_STRATEGY_KEYS = {"ewc_lambda": "ewc_lambda", "ewc_mode": "mode", "ewc_decay": "decay_factor",
