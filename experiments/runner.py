@@ -51,6 +51,7 @@ from experiments.artifacts import forgetting_plot, matrix_csv
 from experiments.code_version import code_version, plugin_source_hash
 from experiments.config import RunConfig, with_data_seed
 from experiments.probes import PROBES, Probe, ProbeContext, probes_in_order, unknown_probes
+from experiments.probes.base import gate_tag
 from experiments.records import migrate
 from experiments.run_lock import meta_training_lock, run_lock
 from experiments.run_result import RunResult, combined_gate, delay_flag
@@ -566,7 +567,7 @@ def gate_phase(run: ResolvedRun, session: Session, tracker) -> Gates:
                          **{f"model/shared_bytes/layer{i}": b for i, b in enumerate(shared_memory_bytes(session.model))},
                          **{f"gate/{k}": float(v) for k, v in record.items() if v is not None and k != "learned"}},
                         step=0)
-    tracker.set_tags({"learned": _gate_tag(gate.learned)})
+    tracker.set_tags({"learned": gate_tag(gate.learned)})
     return Gates(record, probe_phase(run, session, tracker, "before_stream"))
 
 
@@ -697,7 +698,7 @@ def finish(run: ResolvedRun, session: Session, tracker, wall_seconds: float) -> 
     s_gate = {**stream_gate_from_chances([results.R[j][j] for j in range(len(results.R))], chances, metric,
                                          cfg.gate.min_stream_skill).as_dict(), "chances": chances}
     learned = combined_gate(session.gate.get("learned"), delay_flag(session.probes.get("delay") or {}), s_gate["learned"])
-    tracker.set_tags({"learned_on_stream": _gate_tag(s_gate["learned"]), "learned_overall": _gate_tag(learned)})
+    tracker.set_tags({"learned_on_stream": gate_tag(s_gate["learned"]), "learned_overall": gate_tag(learned)})
     final = _prefixed(summary, "final")
     final.update(_prefixed(summary_current, "final_current"))
     final.update({f"stream_gate/{k}": float(v) for k, v in s_gate.items() if v is not None and k not in ("learned", "chances")})
@@ -835,7 +836,3 @@ def _slug(version: str) -> str:
 def _prefixed(values: Dict[str, float], prefix: str) -> Dict[str, float]:
     """``{prefix}/{name}`` for the numbers that are defined (NaN dropped)."""
     return {f"{prefix}/{k}": v for k, v in values.items() if v is not None and not math.isnan(v)}
-
-
-def _gate_tag(flag: Optional[bool]) -> str:
-    return "unmeasured" if flag is None else str(bool(flag)).lower()

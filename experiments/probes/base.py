@@ -124,6 +124,11 @@ def probes_in_order(phase: Optional[str] = None) -> List[Probe]:
     return [p for p in PROBES.registered() if phase is None or p.phase == phase]
 
 
+def gate_tag(flag: Optional[bool]) -> str:
+    """A gate's verdict as an MLflow tag: true, false or unmeasured."""
+    return "unmeasured" if flag is None else str(bool(flag)).lower()
+
+
 def unknown_probes(names: Sequence[str]) -> List[str]:
     """The names of ``names`` no probe is registered under."""
     return [n for n in names if n not in PROBES]

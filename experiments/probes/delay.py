@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Sequence, Tuple
 
-from experiments.probes.base import Measured, Probe, ProbeContext
+from experiments.probes.base import Measured, Probe, ProbeContext, gate_tag
 from strategies.evaluation.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
 
 
@@ -21,10 +21,6 @@ def stream_delays(cfg, bench) -> Dict[str, int]:
     return {"learning": max(per_exp), "longest": sum(per_exp), "episode": bench.info.seq_len}
 
 
-def _gate_tag(flag) -> str:
-    return "unmeasured" if flag is None else str(bool(flag)).lower()
-
-
 class DelayProbe(Probe):
     name, artifact = "delay", "delay_curve"
     keeps_rng = False                  # as before probes were plugins (Probe.keeps_rng)
@@ -33,8 +29,7 @@ class DelayProbe(Probe):
     def wanted(self, cfg) -> bool:
         return cfg.gate.delay_episodes > 0
 
-    def check(self, cfg, bench) -> None:
-        pass            # a stream without a delay probe simply has no curve (as before probes were plugins)
+    # no check(): a stream without a delay probe simply has no curve (as before probes were plugins)
 
     def measure(self, ctx: ProbeContext) -> Measured:
         cfg, bench = ctx.config, ctx.bench
@@ -60,7 +55,7 @@ class DelayProbe(Probe):
             + [("delay/skill", p.skill, p.delay) for p in curve.points if math.isfinite(p.skill)],
             metrics={"delay_gate/skill": d_gate["skill"], "delay_gate/delay": float(delays["learning"]),
                      **({"delay/span": float(span)} if span is not None else {})},
-            tags={"recalls_at_learning_delay": _gate_tag(d_gate["learned"]),
+            tags={"recalls_at_learning_delay": gate_tag(d_gate["learned"]),
                   "delay_gate_required": str(required).lower()},
             heading=f"delay-recall curve ({cfg.label()}), learning delay {delays['learning']} tokens, span "
                     f"{'> ' + str(curve.points[-1].delay) if span is None else span}:")
