@@ -9,6 +9,9 @@ once in the current schema. Versions:
    ``capacity``, ``position`` (each {} when not measured).
 2. the probes' records under ``probes`` (``{name: record}``, only those measured; any registered probe,
    :mod:`experiments.probes`).
+3. every record carries what readers used to derive: ``shared_bytes_per_layer`` and ``learned_buffers``
+   (VQ's codebook bytes, the learned buffers' numbers) and, where its stream gate was measured,
+   ``stream_gate.chances`` (each experience's own chance).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import json
 import os
 from typing import Any, Dict, List, Sequence
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _V1_PROBES = ("delay", "interference", "capacity", "position")
 
 
@@ -33,8 +36,28 @@ def migrate(record: Dict[str, Any]) -> Dict[str, Any]:
     if version == 1:
         probes = {name: out.pop(name) for name in _V1_PROBES if name in out}
         out["probes"] = {name: p for name, p in probes.items() if p}
+    if version <= 2:
+        _derive_once(out)
     out["schema_version"] = SCHEMA_VERSION
     return out
+
+
+def _derive_once(record: Dict[str, Any]) -> None:
+    """Schema 2 -> 3 in place: what a record made before runs stored it lacks, derived from its params as
+    the readers derived it (the memory's sizes from the mixers built shapes-only, each experience's chance
+    from its stream rebuilt)."""
+    from experiments.compare import derived_memory, _num
+    from experiments.stream_chances import experience_chances
+
+    if "shared_bytes_per_layer" not in record or "learned_buffers" not in record:
+        shared, buffers = derived_memory(record.get("params") or {})
+        record.setdefault("shared_bytes_per_layer", shared)
+        record.setdefault("learned_buffers", buffers)
+    stream = record.get("stream_gate") or {}
+    if not stream.get("chances") and record.get("R") and "learned" in stream:
+        chances = experience_chances(record.get("params") or {}, record["metric"], _num(stream.get("chance")))
+        if chances:
+            record["stream_gate"] = {**stream, "chances": chances}
 
 
 def load_records(path: str, missing_ok: bool = True) -> List[Dict[str, Any]]:

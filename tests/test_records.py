@@ -10,13 +10,13 @@ from experiments.records import SCHEMA_VERSION, load_records, migrate, migrate_f
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-V1 = {"label": "icr-ovq-s0", "config_id": "abc", "params": {"seed": "0"}, "R": [[1.0]],
+V1 = {"label": "icr-ovq-s0", "config_id": "abc", "params": {"seed": "0"}, "R": [[1.0]], "shared_bytes_per_layer": [0], "learned_buffers": 0,
       "delay": {"span": 200}, "interference": {}, "capacity": {"capacity": 16}, "position": {}}
 
 
 def test_a_version_1_record_moves_its_probes_under_probes_and_keeps_everything_else():
     new = migrate(V1)
-    assert new["schema_version"] == SCHEMA_VERSION == 2
+    assert new["schema_version"] == SCHEMA_VERSION == 3
     assert new["probes"] == {"delay": {"span": 200}, "capacity": {"capacity": 16}}     # measured ones only
     assert not {"delay", "interference", "capacity", "position"} & set(new)
     assert {k: v for k, v in new.items() if k not in ("probes", "schema_version")} == \
@@ -26,8 +26,8 @@ def test_a_version_1_record_moves_its_probes_under_probes_and_keeps_everything_e
 
 
 def test_a_record_of_an_unknown_schema_is_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"run record x: schema_version 3; this code reads 1 to 2"):
-        migrate({"label": "x", "schema_version": 3})
+    with pytest.raises(ValueError, match=r"run record x: schema_version 4; this code reads 1 to 3"):
+        migrate({"label": "x", "schema_version": 4})
 
 
 def test_files_are_read_migrated_and_rewritten_once(tmp_path):
