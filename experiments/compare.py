@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from experiments.config import SEED_KEYS
-from experiments.records import migrate
+from experiments.records import check_derived, migrate
 from experiments.stats.intervals import mean_interval, paired_comparison
 from experiments.stats.learning import late_learning, stopped_summary
 from experiments.stats.pairing import latest_per_replicate, pairs_against, pairs_in_one_version
@@ -78,7 +78,7 @@ class RunRecord:
     learned_buffers: int = 0                  # numbers in buffers learned from data (VQ's codebook, its EMA stats)
     stream_chance: float = math.nan           # the stream gate's chance score and skill threshold, which the
     stream_threshold: float = math.nan        # per-experience learning gate applies to each R[j][j]
-    stream_chances: List[float] = field(default_factory=list)   # per experience (stored, or rebuilt)
+    stream_chances: List[float] = field(default_factory=list)   # per experience (stored; [] when not)
     meta_history: List[Dict[str, float]] = field(default_factory=list)   # meta-training's logged rows (step, loss, metric)
 
     def probe(self, name: str) -> Dict[str, Any]:
@@ -93,18 +93,13 @@ class RunRecord:
 
 def stream_gate_now(d: Dict[str, Any]) -> Tuple[List[float], Optional[bool], float]:
     """(per-experience chances, learned, skill) of a record's stream gate by the current rule: each R[j][j]
-    against experience j's own chance (``strategies.evaluation.gate.stream_gate_from_chances``). The
-    chances are the record's (``stream_gate.chances``) or, for records made before runs stored them,
-    rebuilt from its stream parameters (``experiments.stream_chances``, which checks the rebuild against the
-    pooled chance the run stored). Without them the stored gate stands."""
+    against experience j's own chance (``stream_gate.chances``;
+    ``strategies.evaluation.gate.stream_gate_from_chances``). Without them the stored gate stands."""
     from strategies.evaluation.gate import stream_gate_from_chances
 
     stream, R = d.get("stream_gate") or {}, d.get("R")
     chances = [float(c) for c in stream.get("chances") or []]
     threshold = _num(stream.get("threshold"))
-    if not chances and R and "learned" in stream:
-        from experiments.stream_chances import experience_chances
-        chances = experience_chances(d.get("params") or {}, d["metric"], _num(stream.get("chance")))
     if not chances or not R or len(chances) != len(R) or math.isnan(threshold):
         return chances, stream.get("learned"), _num(stream.get("skill"))
     gate = stream_gate_from_chances([R[j][j] for j in range(len(R))], chances, d["metric"], threshold)
@@ -134,6 +129,7 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
     combined by the current rule, the stream gate with per-experience chances (:func:`stream_gate_now`).
     Any schema version (:func:`experiments.records.migrate`)."""
     d = migrate(d)
+    check_derived(d)
     chances, stream_learned, stream_skill = stream_gate_now(d)
     return RunRecord(
         label=d["label"], params=_params(d["params"]), metric=d["metric"], summary=dict(d["summary"]),
@@ -145,56 +141,11 @@ def record_from_json(d: Dict[str, Any]) -> RunRecord:
         seed=d.get("seed"), data_seed=d.get("data_seed"), R=d.get("R"), tokens_after=d.get("tokens_after"),
         probes={name: dict(p) for name, p in (d.get("probes") or {}).items() if p},
         config_id=d.get("config_id"), code_version=d.get("code_version"),
-        shared_bytes=list(d["shared_bytes_per_layer"]) if "shared_bytes_per_layer" in d else derived_memory(d["params"])[0],
-        learned_buffers=int(d["learned_buffers"]) if "learned_buffers" in d else derived_memory(d["params"])[1],
+        shared_bytes=list(d["shared_bytes_per_layer"]), learned_buffers=int(d["learned_buffers"]),
         stream_chance=_num((d.get("stream_gate") or {}).get("chance")),
         stream_threshold=_num((d.get("stream_gate") or {}).get("threshold")), stream_chances=chances,
         meta_history=list(d.get("meta_history") or []),
     )
-
-
-_DERIVED: Dict[str, Tuple[List[int], int]] = {}
-
-
-def derived_memory(params: Dict[str, Any]) -> Tuple[List[int], int]:
-    """For a record written before records carried them: per layer the shared memory bytes (VQ's
-    codebook) and the learned-buffer numbers, from the record's own params (model.layers, n_layers,
-    d_model, n_heads and each mixer's options), the mixers built shapes-only. ([], 0) when the params
-    do not say enough (the table then shows nothing rather than a guess)."""
-    import ast
-    import json
-
-    key = json.dumps({k: v for k, v in params.items() if k.startswith("model.")}, sort_keys=True)
-    if key in _DERIVED:
-        return _DERIVED[key]
-    out: Tuple[List[int], int] = ([], 0)
-    try:
-        import torch
-        import yaml
-
-        from ovq_cl.layers import MIXERS, build_mixer, mixer_options
-
-        pattern = ast.literal_eval(params["model.layers"])
-        n_layers, d_model, heads = int(params["model.n_layers"]), int(params["model.d_model"]), int(params["model.n_heads"])
-        shared, buffers = [], 0
-        for i in range(n_layers):
-            name = pattern[i % len(pattern)]
-            cls = MIXERS.get(name).cls
-            if not cls.shared_memory_buffers and not cls.learned_buffers:
-                shared.append(0)
-                continue
-            prefix = f"model.mixers.{name}."
-            options = {k[len(prefix):]: None if v == "None" else yaml.safe_load(v)
-                       for k, v in params.items() if k.startswith(prefix)}
-            with torch.device("meta"):
-                mixer = build_mixer(name, d_model, heads, mixer_options(name, options))
-            shared.append(int(mixer.shared_memory_nbytes()))
-            buffers += mixer.learned_buffer_numel()
-        out = (shared, buffers)
-    except (KeyError, ValueError, SyntaxError, TypeError):
-        pass
-    _DERIVED[key] = out
-    return out
 
 
 def record_from_result(result) -> RunRecord:
@@ -220,9 +171,9 @@ def history_keys(metrics: Dict[str, float]) -> List[str]:
 def record_from_mlflow(row: Dict[str, Any], history: Optional[Dict[str, Dict[int, float]]] = None) -> RunRecord:
     """A record from :func:`experiments.tracking.runs_table`'s row (latest metric values, params, tags)
     and, where given, the run's metric histories (:func:`history_keys`): R and the tokens after each
-    experience, and each experience's chance (logged one by one since 2026-12-07, else rebuilt from the
-    run's stream parameters as for a JSON record), so that the per-experience learning gate reads the
-    same from MLflow as from the sweep's JSON."""
+    experience, and each experience's chance (logged one by one since 2026-12-07), so that the
+    per-experience learning gate reads the same from MLflow as from the sweep's JSON (a run that did not
+    log them keeps the stream gate it stored)."""
     m, p, tags = row["metrics"], row["params"], row["tags"]
     R = tokens_after = None
     chances: List[float] = []
@@ -232,11 +183,7 @@ def record_from_mlflow(row: Dict[str, Any], history: Optional[Dict[str, Dict[int
         tokens_after = [int(tokens[j]) for j in range(len(R))] if R and all(j in tokens for j in range(len(R))) else None
     if R:
         logged = [m.get(f"stream_gate/chance/exp_{j}") for j in range(len(R))]
-        if all(c is not None for c in logged):
-            chances = [float(c) for c in logged]
-        else:
-            from experiments.stream_chances import experience_chances
-            chances = experience_chances(p, tags.get("metric", "?"), _num(m.get("stream_gate/chance")))
+        chances = [float(c) for c in logged] if all(c is not None for c in logged) else []
     flag = {"true": True, "false": False}.get(tags.get("learned_overall", ""), None)
     return RunRecord(
         label=row.get("run_name", ""), params=_params(p), metric=tags.get("metric", "?"),
@@ -260,13 +207,9 @@ def _per_layer(m: Dict[str, float], prefix: str) -> List[float]:
 
 
 def _memory_from_mlflow(m: Dict[str, float], p: Dict[str, str]) -> Dict[str, Any]:
-    """Shared memory bytes per layer and learned-buffer numbers as the run logged them, or derived from
-    its params (as for a JSON record) for runs made before they were logged."""
-    shared = _per_layer(m, "model/shared_bytes/layer")
-    if shared and "model/learned_buffers" in m:
-        return {"shared_bytes": shared, "learned_buffers": int(m["model/learned_buffers"])}
-    derived = derived_memory(p)
-    return {"shared_bytes": derived[0], "learned_buffers": derived[1]}
+    """Shared memory bytes per layer and learned-buffer numbers as the run logged them (nothing for a run
+    made before 2026-12-04 logged them: its table cells stay empty rather than guessed)."""
+    return {"shared_bytes": _per_layer(m, "model/shared_bytes/layer"), "learned_buffers": int(m.get("model/learned_buffers", 0))}
 
 
 def _num(v) -> float:

@@ -11,7 +11,8 @@ once in the current schema. Versions:
    :mod:`experiments.probes`).
 3. every record carries what readers used to derive: ``shared_bytes_per_layer`` and ``learned_buffers``
    (VQ's codebook bytes, the learned buffers' numbers) and, where its stream gate was measured,
-   ``stream_gate.chances`` (each experience's own chance).
+   ``stream_gate.chances`` (each experience's own chance). Commit ``MIGRATING_COMMIT`` derived them once
+   for every file of results/; its readers refuse a record that lacks them (:func:`check_derived`).
 """
 from __future__ import annotations
 
@@ -36,28 +37,27 @@ def migrate(record: Dict[str, Any]) -> Dict[str, Any]:
     if version == 1:
         probes = {name: out.pop(name) for name in _V1_PROBES if name in out}
         out["probes"] = {name: p for name, p in probes.items() if p}
-    if version <= 2:
-        _derive_once(out)
     out["schema_version"] = SCHEMA_VERSION
     return out
 
 
-def _derive_once(record: Dict[str, Any]) -> None:
-    """Schema 2 -> 3 in place: what a record made before runs stored it lacks, derived from its params as
-    the readers derived it (the memory's sizes from the mixers built shapes-only, each experience's chance
-    from its stream rebuilt)."""
-    from experiments.compare import derived_memory, _num
-    from experiments.stream_chances import experience_chances
+MIGRATING_COMMIT = "e720fe0"     # the last code that derives what schema 3 stores from a record's params
 
-    if "shared_bytes_per_layer" not in record or "learned_buffers" not in record:
-        shared, buffers = derived_memory(record.get("params") or {})
-        record.setdefault("shared_bytes_per_layer", shared)
-        record.setdefault("learned_buffers", buffers)
+
+def check_derived(record: Dict[str, Any]) -> None:
+    """What the readers of a run's scores need that schema 3 stores (its memory's sizes, its experiences'
+    chances); a record made before runs stored them (schema 2 from a pinned checkout that stores them moves
+    up as it is) is refused in one line: their derivation (the mixers built shapes-only, the stream
+    rebuilt) ran once over results/ and lives in that commit only."""
     stream = record.get("stream_gate") or {}
+    lacks = [k for k in ("shared_bytes_per_layer", "learned_buffers") if k not in record]
     if not stream.get("chances") and record.get("R") and "learned" in stream:
-        chances = experience_chances(record.get("params") or {}, record["metric"], _num(stream.get("chance")))
-        if chances:
-            record["stream_gate"] = {**stream, "chances": chances}
+        lacks.append("stream_gate.chances")
+    if lacks:
+        raise ValueError(f"run record {record.get('label', '?')}: made before records stored {', '.join(lacks)}; "
+                         f"migrate its file once with the code that derives them: git worktree add ../ovq-cl-"
+                         f"{MIGRATING_COMMIT} {MIGRATING_COMMIT} && make -C ../ovq-cl-{MIGRATING_COMMIT} install && "
+                         f"../ovq-cl-{MIGRATING_COMMIT}/.venv/bin/ovq-cl migrate FILE")
 
 
 def load_records(path: str, missing_ok: bool = True) -> List[Dict[str, Any]]:

@@ -13,7 +13,7 @@ from experiments.stats.intervals import paired_comparison
 def _run(layers, seed, final, learned=True, version="code-a", metric="accuracy", skill=None):
     """A run record; its held-out and stream skill are 0.9 / 0.3 when learned, else 0.0 (or ``skill``)."""
     held_out = (0.9 if learned else 0.0) if skill is None else skill
-    return {"label": f"{layers}-s{seed}", "params": {"model.layers": f"['{layers}']", "seed": str(seed)},
+    return {"shared_bytes_per_layer": [], "learned_buffers": 0, "label": f"{layers}-s{seed}", "params": {"model.layers": f"['{layers}']", "seed": str(seed)},
             "metric": metric, "summary": {"final_average": final}, "summary_current": {}, "learned": learned,
             "gate": {"skill": held_out}, "stream_gate": {"skill": 0.3 if learned else min(held_out, 0.05)},
             "R": [[final]], "seed": seed, "data_seed": seed, "code_version": version}

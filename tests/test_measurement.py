@@ -337,29 +337,23 @@ def test_the_stream_gate_scores_each_experience_against_its_own_chance():
     assert learned.skill == pytest.approx((1.0 + 0.6) / 2) and learned.learned is True
 
 
-def test_a_stored_record_is_rescored_with_its_rebuilt_streams_per_experience_chances():
-    """A record made before runs stored per-experience chances: the report rebuilds its stream from its own
-    params, checks the rebuilt pooled chance against the stored one, and gates by the current rule; a
-    record whose stored chance does not match (the stream was not rebuilt as the run saw it) keeps its gate."""
-    from experiments import compare, stream_chances
-    from streams import stream_benchmark
-    from streams.common import stack_items
+def test_a_stored_record_is_rescored_by_its_stored_per_experience_chances():
+    """A record's stream gate is re-read by the current rule from the per-experience chances it stores;
+    an old record without them that schema 3 requires is refused in one line naming the migrating commit."""
+    from experiments import compare
+    from experiments.records import MIGRATING_COMMIT
 
-    params = {"stream.name": "icr", "stream.options.n_experiences": "3", "stream.options.seed": "4"}
-    bench = stream_benchmark("icr", {"n_experiences": 3, "seed": 4})
-    labels = [stack_items(e.dataset)[1] for e in bench.test_stream]
-    own = [chance_score("accuracy", y) for y in labels]
-    pooled = chance_score("accuracy", torch.cat(labels))
-    assert stream_chances.experience_chances(params, "accuracy", pooled) == pytest.approx(own)
-    assert stream_chances.experience_chances(params, "accuracy", pooled + 0.01) == []
-    # a run made since stores the mean of its per-experience chances as the stream gate's chance
-    assert sum(own) / 3 != pytest.approx(pooled)
-    assert stream_chances.experience_chances(params, "accuracy", sum(own) / 3) == pytest.approx(own)
-    # R[j][j] at each experience's own chance: the stored (pooled) gate said learned, the current rule does not
+    own = [0.5, 0.25, 0.75]
     R = [[own[0], 0, 0], [0, own[1], 0], [0, 0, own[2]]]
-    record = {"label": "x", "params": params, "metric": "accuracy", "summary": {}, "R": R,
-              "gate": {"learned": True}, "stream_gate": {"learned": True, "chance": pooled, "threshold": 0.1, "skill": 0.2}}
+    record = {"schema_version": 3, "label": "x", "params": {}, "metric": "accuracy", "summary": {}, "R": R,
+              "shared_bytes_per_layer": [0], "learned_buffers": 0, "gate": {"learned": True},
+              "stream_gate": {"learned": True, "chance": sum(own) / 3, "threshold": 0.1, "skill": 0.2, "chances": own}}
+    # R[j][j] at each experience's own chance: the stored gate said learned, the current rule does not
     assert compare.record_from_json(record).learned is False
     assert compare.record_from_json(record).stream_chances == pytest.approx(own)
-    wrong = {**record, "stream_gate": {**record["stream_gate"], "chance": pooled + 0.01}}
-    assert compare.record_from_json(wrong).learned is True and compare.record_from_json(wrong).stream_chances == []
+    old = {k: v for k, v in record.items() if k != "schema_version"}
+    old["stream_gate"] = {k: v for k, v in record["stream_gate"].items() if k != "chances"}
+    with pytest.raises(ValueError, match=rf"run record x: made before records stored stream_gate.chances; .*{MIGRATING_COMMIT}"):
+        compare.record_from_json(old)
+    assert compare.record_from_json({**old, "stream_gate": record["stream_gate"]}).learned is False, \
+        "a pinned checkout's record that stores them moves up as it is"

@@ -43,7 +43,7 @@ def _record(cfg, code_version):
     the vocabulary, so the record's differs from the unresolved config's, as in real records)."""
     params = cfg.to_dict()
     params["model"]["vocab_size"] = 98
-    return {"label": cfg.label(), "config_id": cfg.identity() + code_version, "params": params,
+    return {"shared_bytes_per_layer": [], "learned_buffers": 0, "label": cfg.label(), "config_id": cfg.identity() + code_version, "params": params,
             "code_version": code_version, "summary": {}, "R": [[1.0]]}
 
 

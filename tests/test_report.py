@@ -13,7 +13,7 @@ def _run(layers, seed, R, learned=True):
     K = len(R)
     from strategies.evaluation.forgetting import summary
 
-    return {"label": f"{layers}-s{seed}", "params": {"model.layers": f"['{layers}']", "seed": str(seed),
+    return {"shared_bytes_per_layer": [], "learned_buffers": 0, "label": f"{layers}-s{seed}", "params": {"model.layers": f"['{layers}']", "seed": str(seed),
                                                     "stream.options.seed": str(seed)},
             "metric": "accuracy", "summary": summary(R), "summary_current": {}, "learned": learned,
             "gate": {"skill": 0.9 if learned else 0.0}, "stream_gate": {"skill": 0.8}, "R": R,

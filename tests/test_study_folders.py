@@ -27,7 +27,7 @@ SECTIONS = {"mean_table": render}
 
 
 def _run(mixer, seed, final):
-    return {"label": f"{mixer}-s{seed}", "config_id": f"{mixer}{seed}", "params": {"model.layers": f"['{mixer}']", "seed": seed},
+    return {"shared_bytes_per_layer": [], "learned_buffers": 0, "label": f"{mixer}-s{seed}", "config_id": f"{mixer}{seed}", "params": {"model.layers": f"['{mixer}']", "seed": seed},
             "seed": seed, "metric": "accuracy", "higher_is_better": True, "R": [[final]],
             "summary": {"final_average": final, "learning_average": final}, "learned": True}
 

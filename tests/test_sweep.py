@@ -221,7 +221,7 @@ def test_a_param_dropped_at_its_absent_value_still_splits_groups():
 
     def record(retention, seed):
         params = {"model.layers": "['delta']", "meta_train.retention_loss": retention}
-        return compare.record_from_json({"label": "x", "params": params, "metric": "accuracy", "summary": {},
+        return compare.record_from_json({"shared_bytes_per_layer": [], "learned_buffers": 0, "label": "x", "params": params, "metric": "accuracy", "summary": {},
                                          "seed": seed, "data_seed": seed})
 
     groups = compare.group_records([record("1.0", 0), record("0.0", 0), record("1.0", 1), record("0.0", 1)])
@@ -239,7 +239,7 @@ def test_merge_puts_a_sweep_finished_in_pieces_back_into_one_file_each_run_once(
     from experiments.sweep import merge_record_files
 
     def record(cid, code="code-a", final=0.5, run_id="r"):
-        return {"label": f"run-{cid}", "config_id": cid, "code_version": code, "params": {"seed": 0},
+        return {"shared_bytes_per_layer": [], "learned_buffers": 0, "label": f"run-{cid}", "config_id": cid, "code_version": code, "params": {"seed": 0},
                 "R": [[final]], "run_id": run_id, "wall_seconds": 1.0}
 
     out, piece, other = tmp_path / "long.json", tmp_path / "long_s1.json", tmp_path / "long_s2.json"
@@ -312,12 +312,12 @@ def test_a_fresh_machine_reads_finished_runs_back_from_the_sweeps_records(tmp_pa
     assert ran == [2, 0]                                      # --rerun: run again, never read back
 
 
-def test_a_record_read_from_mlflow_carries_vq_codebook_bytes_logged_or_derived_from_its_params():
+def test_a_record_read_from_mlflow_carries_vq_codebook_bytes_as_logged():
     params = {"model.layers": "['vq']", "model.n_layers": "2", "model.d_model": "64", "model.n_heads": "4",
               "model.mixers.vq.codebook_size": "16"}
     row = {"metrics": {}, "params": params, "tags": {}}
-    derived = compare.record_from_mlflow(row)
-    assert derived.shared_bytes == compare.derived_memory(params)[0] and all(b > 0 for b in derived.shared_bytes)
+    unlogged = compare.record_from_mlflow(row)
+    assert unlogged.shared_bytes == [] and unlogged.learned_buffers == 0, "not logged: not guessed"
     logged = {"model/shared_bytes/layer0": 7.0, "model/shared_bytes/layer1": 9.0, "model/learned_buffers": 3.0}
     read = compare.record_from_mlflow({**row, "metrics": logged})
     assert read.shared_bytes == [7.0, 9.0] and read.learned_buffers == 3
