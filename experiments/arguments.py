@@ -76,13 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                "(experiments.records; reading migrates too: this makes it once)")
     migrate_p.add_argument("json", nargs="+", help="sweep JSON files (ovq-cl sweep --out)")
     pieces_p = sub.add_parser("pieces", help="a study's runs that its results lack, one sweep command each "
-                                             "(COMMIT<TAB>command; '-' unpinned): to run in lanes, then ovq-cl merge")
+                                             "(COMMIT<TAB>...<TAB>command; '-' unpinned): what study --backend ray runs")
     pieces_p.add_argument("name", help="the study's name (its folder under experiments/studies/)")
     pieces_p.add_argument("--order", choices=("sweep", "seed-outer"), default="sweep",
                           help="sweep: each sweep's grid order; seed-outer: the seed axes vary slowest (pairs complete early)")
     pieces_p.add_argument("--all", action="store_true", help="every run, also those the results hold")
     pieces_p.add_argument("--check", default=None, metavar="DIR",
-                          help="print no queue: run one piece of each configuration on tiny sizes (as study --smoke), "
+                          help="print nothing: run one piece of each configuration on tiny sizes (as study --smoke), "
                                "from its pinned checkout, everything written under DIR; exit 1 if any fails")
     study_p = sub.add_parser("study", help="run a study of experiments/studies/ (its sweeps), then rewrite RESULTS.md")
     study_p.add_argument("name", help="the study's name (its folder under experiments/studies/)")
@@ -90,12 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="every command on tiny sizes (first grid value, a few steps), everything written under "
                               "DIR (its own RESULTS.md): checks the study runs end to end, not its numbers")
     study_p.add_argument("--backend", choices=("serial", "ray"), default="serial",
-                         help="how each of the study's sweeps runs its trials (as ovq-cl sweep --backend)")
-    study_p.add_argument("--ray-address", default=None, help="as ovq-cl sweep --ray-address")
-    study_p.add_argument("--trial-cpus", type=float, default=1, help="as ovq-cl sweep --trial-cpus")
-    study_p.add_argument("--trial-gpus", type=float, default=0, help="as ovq-cl sweep --trial-gpus")
+                         help="serial: its commands one after the other in this process; ray: every run its files "
+                              "do not hold yet (ovq-cl pieces), --lanes at a time, each from its pinned checkout, "
+                              "merged as it ends (run it again after a kill: it goes on)")
+    study_p.add_argument("--lanes", type=int, default=2, help="with --backend ray: runs at once (one CPU, one thread each)")
+    study_p.add_argument("--ray-address", default=None, help="with --backend ray: a running cluster (as ovq-cl sweep's)")
+    study_p.add_argument("--until", default=None, metavar="HH:MM|+MIN",
+                         help="with --backend ray: start only runs expected to end by then (a session's end; the "
+                              "estimate is the longest finished run of its configuration, ovq-cl pieces)")
     study_p.add_argument("--skip-pinned", action="store_true",
-                         help="skip the sweeps the study pins to other code (its 'code:'), run the others")
+                         help="serial: skip the sweeps the study pins to other code (its 'code:'), run the others")
     report_p = sub.add_parser("report", help="rewrite RESULTS.md from the studies' result JSON (no runs)")
     report_p.add_argument("--out", default=None, help="where to write (default: RESULTS.md of the project)")
     report_p.add_argument("--verify", action="store_true",

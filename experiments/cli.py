@@ -222,7 +222,7 @@ def _migrate(args, parser) -> int:
 
 
 def _pieces(args, parser) -> int:
-    """ovq-cl pieces: a study's missing runs, one queue line each (or checked tiny with --check)."""
+    """ovq-cl pieces: a study's missing runs, one line each (or checked tiny with --check)."""
     from experiments.pieces import study_pieces
     from experiments.report import PROJECT_DIR
     from experiments.study_specs import load_study
@@ -246,22 +246,41 @@ def _pieces(args, parser) -> int:
     if known:
         say(f"ovq-cl: pieces: expected wall time (the longest of each configuration's finished runs): "
             f"{sum(known) / 60:.1f} h for {len(known)} of them" + (", the others unknown" if len(known) < len(pieces) else ""))
-    for study_file in dict.fromkeys(p.study_file for p in pieces):
-        say(f"ovq-cl: pieces: as each finishes, here: ovq-cl merge {study_file} <checkout>/<its piece file>")
+    if pieces:
+        say(f"ovq-cl: pieces: to run them, each merged as it ends: ovq-cl study {args.name} --backend ray --lanes 2")
     return 0
 
 
 def _study(args, parser) -> int:
-    """ovq-cl study: a study's sweeps, then RESULTS.md."""
+    """ovq-cl study: a study's sweeps (or, on Ray, its runs still to make, from their pinned checkouts), then RESULTS.md."""
+    if args.backend == "ray":
+        from experiments.piece_runs import run_study_pieces
+        from experiments.report import PROJECT_DIR
+
+        if args.smoke or args.skip_pinned:
+            raise ValueError("study --backend ray runs the study's own runs: --smoke and --skip-pinned are serial's")
+        if args.lanes < 1:
+            raise ValueError(f"study --lanes must be >= 1, got {args.lanes}")
+        return run_study_pieces(args.name, PROJECT_DIR, lanes=args.lanes, address=args.ray_address, announce=say,
+                                until=None if args.until is None else time_of(args.until))
     from experiments.study import run_study
 
-    from experiments.sweep import check_backend
+    return run_study(args.name, main, smoke=args.smoke, skip_pinned=args.skip_pinned)
 
-    check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
-    sweep_args = [] if args.backend == "serial" else (
-        ["--backend", args.backend, "--trial-cpus", str(args.trial_cpus), "--trial-gpus", str(args.trial_gpus)]
-        + (["--ray-address", args.ray_address] if args.ray_address else []))
-    return run_study(args.name, main, smoke=args.smoke, sweep_args=sweep_args, skip_pinned=args.skip_pinned)
+
+def time_of(text: str, now: Optional[float] = None) -> float:
+    """``HH:MM`` (today, local time) or ``+MIN`` (minutes from now) as a time.time(); ValueError otherwise."""
+    import datetime
+    import re
+    import time
+
+    now = time.time() if now is None else now
+    if (m := re.fullmatch(r"\+\s*(\d+)\s*(min|m)?", text.strip())):
+        return now + 60 * int(m.group(1))
+    if (m := re.fullmatch(r"(\d{1,2}):(\d{2})", text.strip())) and int(m.group(1)) < 24 and int(m.group(2)) < 60:
+        day = datetime.datetime.fromtimestamp(now)
+        return day.replace(hour=int(m.group(1)), minute=int(m.group(2)), second=0, microsecond=0).timestamp()
+    raise ValueError(f"--until {text!r}: give HH:MM (today) or +MIN (minutes from now), e.g. 18:10 or +90")
 
 
 def _report(args, parser) -> int:

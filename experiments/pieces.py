@@ -12,7 +12,8 @@ run has the resolved config (``config_id``) that the whole sweep would have give
 merges into the study's file as that run (:func:`experiments.sweep.merge_record_files`).
 
 ``--check DIR`` (:func:`check_pieces`) runs one piece of each configuration on tiny sizes from its pinned
-checkout first, so that a configuration no smoke run took fails in seconds, not in a lane an hour later.
+checkout first, so that a configuration no smoke run took fails in seconds, not an hour into its run.
+:mod:`experiments.piece_runs` runs the pieces (``ovq-cl study NAME --backend ray``).
 
 A run is "held" when a record of any of the study's files (a sweep's runs may have been finished by
 another sweep of the study, e.g. the seeds a crashed sweep left, run under a joint axis), of the code
@@ -52,9 +53,8 @@ class Piece:
 
     def line(self) -> str:
         """``COMMIT<TAB>STUDY_FILE<TAB>PIECE_FILE<TAB>ovq-cl sweep ... # ~M min`` (``-`` for an unpinned
-        sweep; the comment when its wall time can be expected): a line of the queue ``experiments/lanes.sh``
-        runs. The estimate is a shell comment, so the command runs as it is and a lane that reads no
-        estimate runs the line all the same."""
+        sweep; the comment when its wall time can be expected): what ``ovq-cl pieces`` prints. The
+        estimate is a shell comment, so the command runs as it is, pasted into a shell."""
         command = shlex.join(["ovq-cl", *self.argv]) + (f"  # ~{self.minutes} min" if self.minutes else "")
         return "\t".join([self.commit or "-", self.study_file, self.piece_file, command])
 
@@ -226,7 +226,7 @@ class Check:
 
 def checkout_of(commit: Optional[str], project_dir: str) -> str:
     """The folder a piece pinned to ``commit`` runs in: ``../ovq-cl-COMMIT`` beside the project (what
-    ``experiments/lanes.sh`` uses), the project itself for an unpinned one (None)."""
+    :mod:`experiments.piece_runs` runs it in), the project itself for an unpinned one (None)."""
     if commit is None:
         return project_dir
     return os.path.normpath(os.path.join(project_dir, "..", f"ovq-cl-{commit}"))
@@ -257,7 +257,7 @@ def check_pieces(pieces: Sequence[Piece], spec: StudySpec, project_dir: str, roo
     (:func:`smoke_overrides_of`) and the study spec's ``smoke`` overrides. A study's smoke test runs only the first value of each grid
     axis, with this code; this runs every configuration still to run, with the code that will run it, so
     that a path no smoke run took (another mixer on that stream, a probe only it meets) fails in seconds
-    here rather than after an hour of meta-training in a lane.
+    here rather than after an hour of meta-training.
 
     Before anything runs, a pinned piece whose checkout (or its ``.venv``) is missing is a ValueError."""
     import subprocess

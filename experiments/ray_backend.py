@@ -16,6 +16,7 @@ in a serial sweep; on a multi-node cluster, use a tracking server and shared che
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -65,6 +66,17 @@ def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, annou
 
     for cfg in configs:                          # one store for every worker, whatever its environment
         cfg.tracking.tracking_uri = default_tracking_uri(cfg.tracking.tracking_uri)
+    with ray_session(address, quiet):
+        return _run_trials(ray, configs, parent_run_id, rerun, announce, cpus, gpus, on_result, quiet)
+
+
+@contextlib.contextmanager
+def ray_session(address: Optional[str] = None, quiet: bool = False, num_cpus: Optional[int] = None):
+    """Ray for the caller's tasks: the one running (left running after), else a local one of ``num_cpus``
+    CPUs (Ray's default: the machine's) or, with ``address``, a cluster's, started here and stopped after;
+    ``quiet``: Ray says errors only, the workers nothing."""
+    import ray
+
     started_here = not ray.is_initialized()
     if started_here:
         # Ray's core installs its own SIGTERM handlers (a C-level dump, then abort: the parent run would be
@@ -75,41 +87,46 @@ def run_on_ray(configs, parent_run_id: Optional[str], rerun: bool = False, annou
         # every trial's decisions in full: Ray folds lines that differ only in numbers (two seeds' "run
         # ...-s0" / "-s1" lines) into one "[repeated 2x across cluster]", in colour even in a log
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        ray.init(address=address, include_dashboard=False, logging_level="ERROR" if quiet else "WARNING",
+        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False, logging_level="ERROR" if quiet else "WARNING",
                  log_to_driver=not quiet,
                  runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("OVQ_CL_", "PYTHONPATH"))}})
         if sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
     try:
-        remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=1, retry_exceptions=True)(_trial)
-        cwd, threads = os.getcwd(), max(1, int(cpus))
-        refs = {remote.remote(cfg, parent_run_id, rerun, cwd, threads, not quiet): i for i, cfg in enumerate(configs)}
-        results: List[Optional[object]] = [None] * len(configs)
-        failures: List[Tuple[int, str, str]] = []
-        pending, started, n_done = list(refs), time.perf_counter(), 0
-        try:
-            while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
-                i = refs[ready[0]]
-                try:
-                    results[i] = ray.get(ready[0])
-                    outcome = "done"
-                except Exception as err:  # noqa: BLE001 - a failed trial (after its retry) is reported
-                    cause = getattr(err, "cause", None) or err
-                    failures.append((i, configs[i].label(), f"{type(cause).__name__}: {str(cause).splitlines()[0][:300]}"))
-                    outcome = "FAILED (after one retry)"
-                n_done += 1
-                if on_result is not None:
-                    on_result([r for r in results if r is not None])
-                spent = time.perf_counter() - started
-                announce(f"[{n_done}/{len(configs)}] {configs[i].label()} {outcome}; {spent:.0f} s so far")
-        except BaseException:                    # Ctrl-C, SIGTERM (or a bug here): stop what still runs
-            _stop_trials(ray, pending)
-            raise
-        return [r for r in results if r is not None], [(label, err) for _, label, err in sorted(failures)]
+        yield ray
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _run_trials(ray, configs, parent_run_id, rerun, announce, cpus, gpus, on_result, quiet):
+    """:func:`run_on_ray`'s trials, in a Ray session."""
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=1, retry_exceptions=True)(_trial)
+    cwd, threads = os.getcwd(), max(1, int(cpus))
+    refs = {remote.remote(cfg, parent_run_id, rerun, cwd, threads, not quiet): i for i, cfg in enumerate(configs)}
+    results: List[Optional[object]] = [None] * len(configs)
+    failures: List[Tuple[int, str, str]] = []
+    pending, started, n_done = list(refs), time.perf_counter(), 0
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            i = refs[ready[0]]
+            try:
+                results[i] = ray.get(ready[0])
+                outcome = "done"
+            except Exception as err:  # noqa: BLE001 - a failed trial (after its retry) is reported
+                cause = getattr(err, "cause", None) or err
+                failures.append((i, configs[i].label(), f"{type(cause).__name__}: {str(cause).splitlines()[0][:300]}"))
+                outcome = "FAILED (after one retry)"
+            n_done += 1
+            if on_result is not None:
+                on_result([r for r in results if r is not None])
+            spent = time.perf_counter() - started
+            announce(f"[{n_done}/{len(configs)}] {configs[i].label()} {outcome}; {spent:.0f} s so far")
+    except BaseException:                    # Ctrl-C, SIGTERM (or a bug here): stop what still runs
+        _stop_trials(ray, pending)
+        raise
+    return [r for r in results if r is not None], [(label, err) for _, label, err in sorted(failures)]
 
 
 #: seconds an interrupted trial gets to mark its run KILLED before its worker is killed

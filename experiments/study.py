@@ -164,14 +164,14 @@ def pinned_elsewhere(spec: StudySpec, version: str) -> List[Tuple[int, str, str,
 
 
 def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[str] = None,
-              sweep_args: Sequence[str] = (), skip_pinned: bool = False) -> int:
+              skip_pinned: bool = False) -> int:
     """Runs every command of the study (each an ``ovq-cl ...`` line), then rewrites RESULTS.md.
 
     ``smoke``: a folder; every command made tiny (:func:`smoke_command`), everything written under it
     (its RESULTS.md included), the project's results untouched. Searches are skipped in a smoke run
-    (they have their own test). ``sweep_args`` go to the end of every ``ovq-cl sweep`` command (e.g.
-    ``--backend ray --trial-cpus 1``: how the trials run, never what they compute). ``execute`` runs
-    one command's arguments (the CLI passes its own ``main``: this module sits below the CLI)."""
+    (they have their own test). ``execute`` runs one command's arguments (the CLI passes its own
+    ``main``: this module sits below the CLI). Beyond one process, and for pinned sweeps, a study's runs
+    go through :mod:`experiments.piece_runs` (``ovq-cl study NAME --backend ray``)."""
     spec = load_study(name)
     started = time.perf_counter()
     repeats = set(smoke_repeats(spec)) if smoke else set()
@@ -182,8 +182,8 @@ def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[st
         listed = "; ".join(f"{n} from {v} (commit {c})" for n, v, c in elsewhere.values())
         raise ValueError(f"study {name}: this checkout is {code_version()}, and these sweeps must run from other code: "
                          f"{listed}. Run each from a worktree of its commit (git worktree add ../ovq-cl-COMMIT COMMIT), "
-                         "with its command copied from this checkout's study file (the commit's own file may not have "
-                         "it), then bring its results JSON here; or pass --skip-pinned to run the others")
+                         "with its own .venv (make install), and run `ovq-cl study NAME --backend ray` here: it runs "
+                         "each of the study's runs from its pinned checkout and merges it; or pass --skip-pinned to run the others")
     for i, command in enumerate(spec.commands):
         if i in elsewhere:
             n, v, c = elsewhere[i]
@@ -210,7 +210,7 @@ def run_study(name: str, execute: Callable[[List[str]], int], smoke: Optional[st
                 print("(smoke: validated; runs as an earlier command but for its seeds or byte budget, not run again)", flush=True)
                 continue
             args = smoke_command(argv[1:], spec, smoke) if smoke else argv[1:]
-            code = execute(args + list(sweep_args) if argv[1] == "sweep" else args)
+            code = execute(args)
         if code:
             print(f"study {name}: {command!r} exited with {code}")
             return code

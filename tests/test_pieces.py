@@ -1,16 +1,13 @@
-"""`ovq-cl pieces`: a study's missing runs, one sweep command each, and the lanes that run and merge them.
+"""`ovq-cl pieces`: a study's missing runs, one sweep command each (run on Ray by experiments.piece_runs,
+tests/test_piece_runs.py).
 
 What matters: a piece makes exactly the run (resolved config) the whole sweep would have made, so its
-record merges in as that run; a run is skipped only when a record of the pinned code holds it; two
-lanes on one queue run every line once and keep every finished record."""
+record merges in as that run; a run is skipped only when a record of the pinned code holds it."""
 import json
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
@@ -179,163 +176,6 @@ def test_two_runs_with_one_label_write_two_files(tmp_path):
     assert len({p.piece_file for p in pieces}) == 4 and len({p.label for p in pieces}) == 2
 
 
-LANES = os.path.join(ROOT, "experiments", "lanes.sh")
-
-
-@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
-def test_two_lanes_run_every_line_once_and_merge_each_record(tmp_path):
-    """Two lanes on one queue of 4 pieces: each piece runs once (a line is claimed under a lock) and its
-    record reaches the study file as it finishes; a failing piece merges nothing and the lane goes on."""
-    study_file = tmp_path / "study.json"
-    lines = []
-    for k in range(4):
-        piece = tmp_path / f"piece{k}.json"
-        record = {"label": f"r{k}", "config_id": f"id{k}", "params": {"seed": k}, "code_version": "c", "R": [[k]]}
-        write = (f"{sys.executable} -c 'import json,sys; json.dump([{json.dumps(record)}], open(sys.argv[1], \"w\"))' {piece}"
-                 f" && echo ran{k} >> {tmp_path / 'ran.txt'}")
-        if k == 2:
-            write = "exit 3"
-        lines.append("\t".join(["-", str(study_file), str(piece), write]))
-    queue = tmp_path / "queue.txt"
-    queue.write_text("# a comment line\n" + "\n".join(lines) + "\n")
-    lanes = [subprocess.Popen(["bash", LANES, str(queue)], cwd=ROOT) for _ in range(2)]
-    assert all(p.wait(timeout=120) == 0 for p in lanes)
-    ran = (tmp_path / "ran.txt").read_text().split()
-    assert sorted(ran) == [f"ran{k}" for k in (0, 1, 3)]            # each once, the failure not
-    assert sorted(r["label"] for r in json.loads(study_file.read_text())) == [f"r{k}" for k in (0, 1, 3)]
-    assert "end rc=3" in (tmp_path / "queue.txt.log").read_text()
-
-
-@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
-def test_a_lane_past_its_until_time_claims_nothing_and_a_bad_time_is_refused(tmp_path):
-    queue = tmp_path / "queue.txt"
-    queue.write_text("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / "p.json"), f"touch {tmp_path / 'ran'}"]) + "\n")
-    late = subprocess.run(["bash", LANES, str(queue), "-1 minute"], capture_output=True, text=True, cwd=ROOT)
-    assert late.returncode == 0 and not (tmp_path / "ran").exists()
-    assert "claiming nothing more" in (tmp_path / "queue.txt.log").read_text()
-    bad = subprocess.run(["bash", LANES, str(queue), "half past never"], capture_output=True, text=True, cwd=ROOT)
-    assert bad.returncode == 2 and "not a time" in bad.stdout
-    on_time = subprocess.run(["bash", LANES, str(queue), "+1 hour"], capture_output=True, text=True, cwd=ROOT)
-    assert on_time.returncode == 0 and (tmp_path / "ran").exists()
-
-
-@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
-def test_near_its_until_time_a_lane_skips_a_run_that_would_not_end_for_one_that_would(tmp_path):
-    def line(name, minutes):
-        return "\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"{name}.json"),
-                          f"echo {name} >> {tmp_path / 'ran.txt'}" + (f"  # ~{minutes} min" if minutes else "")])
-
-    queue = tmp_path / "queue.txt"
-    queue.write_text("\n".join([line("long", 120), line("short", 1), line("unknown", None), line("also_long", 45)]) + "\n")
-    lane = subprocess.run(["bash", LANES, str(queue), "+30 min"], capture_output=True, text=True, cwd=ROOT)
-    assert lane.returncode == 0
-    assert (tmp_path / "ran.txt").read_text().split() == ["short", "unknown"]       # in queue order, each once
-    assert "nothing left ends before +30 min" in (tmp_path / "queue.txt.log").read_text()
-    assert "long" not in (tmp_path / "queue.txt.claimed").read_text()           # left for a later lane
-
-
-@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
-def test_a_line_whose_lane_died_is_run_by_the_next_lane_and_a_line_that_ended_never_twice(tmp_path):
-    """A lane killed mid-run (a session's stop) leaves its claim behind: a later lane on the same queue
-    takes the line again (its run would resume from its checkpoint); a line that ended, even failing, is
-    not run again by any later lane."""
-    ran, flag = tmp_path / "ran.txt", tmp_path / "started"
-    # "first" is written before the flag that the test waits for: killed between the two, it would be lost
-    killed = (f"if [ -f {flag} ]; then echo again >> {ran}; else echo first >> {ran}; touch {flag}; sleep 60; fi")
-    failing = f"echo failing >> {ran}; exit 4"
-    queue = tmp_path / "queue.txt"
-    queue.write_text("\n".join("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"p{k}.json"), command])
-                               for k, command in enumerate([killed, failing])) + "\n")
-    first = subprocess.Popen(["bash", LANES, str(queue)], cwd=ROOT, start_new_session=True)
-    for _ in range(1200):                                    # up to a minute on a loaded machine
-        if flag.exists():
-            break
-        time.sleep(0.05)
-    assert flag.exists()
-    os.killpg(first.pid, signal.SIGKILL)                     # the lane and its run, as a stop kills them
-    first.wait(timeout=30)
-    assert str(first.pid) in (tmp_path / "queue.txt.claimed").read_text()
-    for _ in range(2):
-        lane = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
-        assert lane.returncode == 0
-    assert ran.read_text().split() == ["first", "again", "failing"]
-    assert "end rc=4" in (tmp_path / "queue.txt.log").read_text()
-
-
-@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
-@pytest.mark.parametrize("rc", [130, 143])
-def test_an_interrupted_run_is_not_ended_and_the_next_lane_runs_it_again(tmp_path, rc):
-    """A run stopped by Ctrl-C (rc 130) or SIGTERM (143) is resumable, not finished: its lane stops and
-    says so, leaves its line free (not in QUEUE.ended) and does not go on to the next line; the next lane
-    runs the line again (the real run would resume from its checkpoint), then the rest."""
-    ran, flag = tmp_path / "ran.txt", tmp_path / "interrupted"
-    stopped = f"if [ -f {flag} ]; then echo again >> {ran}; else echo first >> {ran}; touch {flag}; exit {rc}; fi"
-    queue = tmp_path / "queue.txt"
-    queue.write_text("\n".join("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"p{k}.json"), command])
-                               for k, command in enumerate([stopped, f"echo next >> {ran}"])) + "\n")
-    first = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert first.returncode == rc and ran.read_text().split() == ["first"]
-    assert (tmp_path / "queue.txt.ended").read_text() == ""
-    assert f"interrupted (rc={rc})" in (tmp_path / "queue.txt.log").read_text()
-    after = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert after.returncode == 0 and ran.read_text().split() == ["first", "again", "next"]
-
-
-@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
-def test_a_lane_killed_alone_leaves_its_line_taken_while_its_run_lives(tmp_path):
-    """Its run inherits the line's lock: a lane started meanwhile does not run the line a second time beside
-    it; once the orphaned run has ended (its record never merged, the line not ended), the next lane runs it
-    again (the run would be reused or resumed). The orphan runs until the test releases it, not for a fixed
-    time, so that a slow machine cannot end it before the lane beside it looks (a sleep of 3 s once did)."""
-    import fcntl
-
-    ran, flag, release = tmp_path / "ran.txt", tmp_path / "started", tmp_path / "release"
-    command = (f"if [ -f {flag} ]; then echo again >> {ran}; else echo first >> {ran}; touch {flag}; "
-               f"for i in $(seq 1200); do [ -f {release} ] && break; sleep 0.1; done; fi")
-    queue = tmp_path / "queue.txt"
-    queue.write_text("\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / "p.json"), command]) + "\n")
-    first = subprocess.Popen(["bash", LANES, str(queue)], cwd=ROOT, start_new_session=True)
-    for _ in range(1200):
-        if flag.exists():
-            break
-        time.sleep(0.05)
-    assert flag.exists()
-    os.kill(first.pid, signal.SIGKILL)                       # the lane alone: its run goes on
-    first.wait(timeout=30)
-    beside = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert beside.returncode == 0 and ran.read_text().split() == ["first"]      # not run twice at once
-    release.touch()                                          # the orphaned run ends, its lock with it
-    [lock] = (tmp_path / "queue.txt.locks").iterdir()
-    with open(lock) as held:                                 # wait for that: the kernel drops its lock
-        fcntl.flock(held, fcntl.LOCK_EX)                     # (the orphan gives up by itself after 120 s)
-        fcntl.flock(held, fcntl.LOCK_UN)
-    after = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert after.returncode == 0 and ran.read_text().split() == ["first", "again"]
-
-
-@pytest.mark.skipif(shutil.which("flock") is None, reason="lanes.sh needs flock (util-linux)")
-def test_a_line_is_known_without_its_estimate_and_a_run_that_writes_no_piece_is_said(tmp_path):
-    """A queue written again after more runs finished updates a line's "# ~M min": the line that ended is
-    still ended. A last line without its newline runs. A command that ends well but writes no piece file
-    ends with rc 66 and says so in its log."""
-    ran = tmp_path / "ran.txt"
-
-    def line(name, minutes):
-        return "\t".join(["-", str(tmp_path / "s.json"), str(tmp_path / f"{name}.json"),
-                          f"echo {name} >> {ran}  # ~{minutes} min"])
-
-    queue = tmp_path / "queue.txt"
-    queue.write_text(line("a", 10) + "\n" + line("b", 5))                     # no newline after b
-    assert subprocess.run(["bash", LANES, str(queue)], cwd=ROOT, timeout=60).returncode == 0
-    assert ran.read_text().split() == ["a", "b"]
-    log = (tmp_path / "queue.txt.log").read_text()
-    assert log.count("end rc=66") == 2
-    assert "wrote no " + str(tmp_path / "a.json") in "".join(p.read_text() for p in tmp_path.glob("queue.txt.*.log"))
-    queue.write_text(line("a", 12) + "\n" + line("b", 7) + "\n")           # the estimates updated
-    assert subprocess.run(["bash", LANES, str(queue)], cwd=ROOT, timeout=60).returncode == 0
-    assert ran.read_text().split() == ["a", "b"]                              # neither run again
-
-
 def test_a_piece_expects_the_longest_wall_time_of_its_configuration_and_writes_it_as_a_comment():
     from experiments.pieces import Piece, expected_minutes
 
@@ -354,19 +194,6 @@ def test_a_piece_expects_the_longest_wall_time_of_its_configuration_and_writes_i
     piece = Piece(argv=("sweep", "c.yaml", "--name", "n"), label="l", study_file="s.json", piece_file="p.json", minutes=51)
     assert piece.line().split("\t") == ["-", "s.json", "p.json", "ovq-cl sweep c.yaml --name n  # ~51 min"]
     assert Piece(argv=("sweep",), label="l", study_file="s", piece_file="p").line().endswith("ovq-cl sweep")
-
-
-def test_a_lane_without_a_queue_says_how_to_call_it():
-    out = subprocess.run(["bash", LANES], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 2 and out.stdout.startswith("lanes: usage: experiments/lanes.sh QUEUE [UNTIL]")
-
-
-def test_a_lane_refuses_a_queue_whose_checkout_is_missing(tmp_path):
-    queue = tmp_path / "queue.txt"
-    queue.write_text("0000000\tresults/x.json\tresults/x__a.json\tovq-cl sweep x\n")
-    out = subprocess.run(["bash", LANES, str(queue)], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 2 and "git worktree add ../ovq-cl-0000000 0000000" in out.stdout
-    assert not (tmp_path / "queue.txt.claimed").exists()
 
 
 def test_the_cut_keeps_every_other_argument_and_names_a_command_that_had_no_name():

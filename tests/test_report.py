@@ -357,14 +357,13 @@ def _commands_only_study(tmp_path, monkeypatch, name, yaml):
     return studies
 
 
-def test_a_study_passes_its_backend_to_every_sweep_and_nothing_else(tmp_path, monkeypatch):
+def test_a_study_runs_its_commands_in_order_as_the_cli_reads_them(tmp_path, monkeypatch):
     _commands_only_study(tmp_path, monkeypatch, "two",
                          "title: Two\nsetup: s\nresults: []\ncommands:\n  - \"ovq-cl sweep a.yaml --grid 'seed=0;1' "
                          "--name a --out results\"\n  - \"ovq-cl state-sizes\"\n")
     calls = []                                  # what the CLI's main would have been asked to run
-    assert study_runner.run_study("two", lambda argv: calls.append(argv) or 0, sweep_args=["--backend", "ray", "--trial-cpus", "1"]) == 0
-    assert calls == [["sweep", "a.yaml", "--grid", "seed=0;1", "--name", "a", "--out", "results", "--backend", "ray",
-                      "--trial-cpus", "1"], ["state-sizes"]]
+    assert study_runner.run_study("two", lambda argv: calls.append(argv) or 0) == 0
+    assert calls == [["sweep", "a.yaml", "--grid", "seed=0;1", "--name", "a", "--out", "results"], ["state-sizes"]]
 
 
 def test_a_sweep_pinned_to_other_code_is_refused_before_anything_runs(tmp_path, monkeypatch):
