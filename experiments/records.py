@@ -64,17 +64,22 @@ def load_records(path: str, missing_ok: bool = True) -> List[Dict[str, Any]]:
     """The run records of a sweep's JSON, each in the current schema ([] when the file does not exist and
     ``missing_ok``). ValueError when it is not a list of run records."""
     try:
-        with open(path) as fh:
-            records = json.load(fh)
+        return [migrate(d) for d in _read_list(path)]
     except FileNotFoundError:
         if missing_ok:
             return []
         raise
+
+
+def _read_list(path: str) -> List[Dict[str, Any]]:
+    """A sweep's JSON as it is on disk: a list of mappings, else ValueError."""
+    with open(path) as fh:
+        records = json.load(fh)
     if not isinstance(records, list):
         raise ValueError(f"{path} is not a list of run records (what ovq-cl sweep --out writes)")
     if not all(isinstance(d, dict) for d in records):
         raise ValueError(f"{path} holds an entry that is not a run record (not a mapping)")
-    return [migrate(d) for d in records]
+    return records
 
 
 def write_records(path: str, records: Sequence[Dict[str, Any]]) -> None:
@@ -95,9 +100,8 @@ def migrate_files(paths: Sequence[str]) -> List[str]:
     changed = []
     for path in paths:
         with FileLock(f"{path}.lock"):
-            with open(path) as fh:
-                before = json.load(fh)
-            after = load_records(path, missing_ok=False)
+            before = _read_list(path)
+            after = [migrate(d) for d in before]
             if after != before:
                 write_records(path, after)
                 changed.append(path)

@@ -16,12 +16,13 @@ run, and the findings.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import shlex
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
@@ -418,14 +419,15 @@ def write_report(path: Optional[str] = None, root: Optional[str] = None, only: O
     for spec in specs if only is None else [load_study(only)]:
         with open(os.path.join(pages, f"{spec.name}.md"), "w") as fh:
             fh.write(study_page(spec, root))
-    # a claims row that awaits a declared study is "not decided" while any of that study's runs is still to come
-    text = (header() + "\n" + claims_section(base, unfinished=lambda name: unfinished_sweeps(awaited_study(name), base),
-                                           state=_claim_state(base))
-            + "\n" + verdict_section(specs, root) + "\n" + study_index(specs, base))
+    # a claims row that awaits a declared study is "not decided" while any of that study's runs is still to
+    # come; the claims, README's findings and the index ask about one study several times: asked once each
+    unfinished = functools.lru_cache(maxsize=None)(lambda name: tuple(unfinished_sweeps(awaited_study(name), base)))
+    text = (header() + "\n" + claims_section(base, unfinished=unfinished, state=_claim_state(base))
+            + "\n" + verdict_section(specs, root) + "\n" + study_index(specs, base, unfinished))
     with open(path, "w") as fh:
         fh.write(text.rstrip() + "\n")
     if os.path.abspath(path) == os.path.abspath(os.path.join(PROJECT_DIR, "RESULTS.md")) and only is None:
-        write_findings(base)
+        write_findings(base, unfinished=unfinished)
     return path
 
 
@@ -441,21 +443,23 @@ def study_page(spec: StudySpec, root: Optional[str] = None) -> str:
             f"experiments/studies/{spec.name}/ and its runs; do not edit -->\n\n{body.rstrip()}\n")
 
 
-def study_index(specs: List[StudySpec], root: str) -> str:
+def study_index(specs: List[StudySpec], root: str, unfinished: Optional[Callable[[str], Sequence[str]]] = None) -> str:
     """One line per study, in the order of their sections: its title (a link to its page), its reading (the
-    spec's ``reading``, written from its findings), and the runs still to come where its sweeps are not done."""
+    spec's ``reading``, written from its findings), and the runs still to come where its sweeps are not done
+    (``unfinished(name)``: :func:`unfinished_sweeps` of the study so named, asked here when not given)."""
     lines = ["## The studies", "", "Each study's section (its setup, commands, tables, tests, figures and findings) "
              f"is a page of its own under `{STUDY_PAGES}/`; the line beside it is its reading, written from its "
              "findings.", ""]
     for spec in specs:
         reading = " ".join(spec.reading.split()) or "No reading yet."
-        missing = unfinished_sweeps(spec, root) if spec.commands else []
+        missing = (unfinished(spec.name) if unfinished else unfinished_sweeps(spec, root)) if spec.commands else []
         todo = f" (runs still to come: {'; '.join(missing)})" if missing else ""
         lines.append(f"- [{spec.title}]({STUDY_PAGES}/{spec.name}.md): {reading}{todo}")
     return "\n".join(lines) + "\n"
 
 
-def write_findings(root: Optional[str] = None, readme: Optional[str] = None) -> str:
+def write_findings(root: Optional[str] = None, readme: Optional[str] = None,
+                   unfinished: Optional[Callable[[str], Sequence[str]]] = None) -> str:
     """README's findings table (``claims.findings_table``) put between its markers, from the runs under
     ``root``; the rest of README untouched. Returns the README's path."""
     from experiments.claims import awaited_study, findings_table, replace_findings
@@ -466,7 +470,7 @@ def write_findings(root: Optional[str] = None, readme: Optional[str] = None) -> 
         return readme
     with open(readme) as fh:
         text = fh.read()
-    table = findings_table(base, unfinished=lambda name: unfinished_sweeps(awaited_study(name), base),
+    table = findings_table(base, unfinished=unfinished or (lambda name: unfinished_sweeps(awaited_study(name), base)),
                            state=_claim_state(base))
     with open(readme, "w") as fh:
         fh.write(replace_findings(text, table))

@@ -36,7 +36,7 @@ PROBE = textwrap.dedent('''
             torch.rand(1000)                      # the runner must keep the stream's RNG as it was
             return Measured({"norm": norm}, table=f"weight norm {norm:.4f}", metrics={"weight_norm": norm})
 
-        def tables(self, records):
+        def tables(self, records, baseline=None):
             rows = [r for r in records if r.probe(self.name)]
             if not rows:
                 return []

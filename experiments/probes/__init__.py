@@ -17,11 +17,6 @@ for _probe in (DelayProbe, InterferenceProbe, CapacityProbe, PositionProbe):
 
 def probe_tables(records, baseline=None):
     """(caption, table) of every registered probe that some run of ``records`` measured, by ``table_rank``
-    then registration order (a probe whose ``tables`` takes ``baseline`` also gets the section's baseline)."""
-    import inspect
-
-    out = []
-    for probe in sorted(probes_in_order(), key=lambda p: p.table_rank):      # a stable sort
-        takes_baseline = "baseline" in inspect.signature(probe.tables).parameters
-        out += probe.tables(records, baseline=baseline) if takes_baseline else probe.tables(records)
-    return out
+    then registration order, each given the section's ``baseline``."""
+    return [t for probe in sorted(probes_in_order(), key=lambda p: p.table_rank)       # a stable sort
+            for t in probe.tables(records, baseline=baseline)]

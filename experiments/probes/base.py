@@ -94,9 +94,10 @@ class Probe:
     def measure(self, ctx: ProbeContext) -> Measured:
         raise NotImplementedError
 
-    def tables(self, records: Sequence[Any]) -> List[Tuple[str, str]]:
+    def tables(self, records: Sequence[Any], baseline: Optional[str] = None) -> List[Tuple[str, str]]:
         """(caption, markdown table) pairs comparing the runs of ``records``
-        (:class:`experiments.compare.RunRecord`, each with ``probe(name)``) that measured this probe;
+        (:class:`experiments.compare.RunRecord`, each with ``probe(name)``) that measured this probe,
+        ``baseline`` the section's baseline configuration (for paired tables; None when it has none);
         [] when none did or the probe has no cross-run table."""
         return []
 

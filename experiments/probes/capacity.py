@@ -41,7 +41,7 @@ class CapacityProbe(Probe):
             metrics={"capacity/facts": float(held)} if held is not None else {},
             heading=f"capacity curve ({cfg.label()}), capacity {held}:")
 
-    def tables(self, records: Sequence[Any]) -> List[Tuple[str, str]]:
+    def tables(self, records: Sequence[Any], baseline: Optional[str] = None) -> List[Tuple[str, str]]:
         table = capacity_table(records)
         return [("Capacity curves (after meta-training, before the stream, from a fresh state: recall of N facts bound "
                  "once and then queried; `docs/measurement.md`):", table)] if table else []

@@ -5,7 +5,7 @@ with ``gate.delay: experience``, recall at the learning delay is a gate. Configu
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from experiments.probes.base import Measured, Probe, ProbeContext, gate_tag
 from strategies.evaluation.delay import delay_gate, filler_ladder, measure_delay_curve, plot_delay_curve
@@ -60,7 +60,7 @@ class DelayProbe(Probe):
             heading=f"delay-recall curve ({cfg.label()}), learning delay {delays['learning']} tokens, span "
                     f"{'> ' + str(curve.points[-1].delay) if span is None else span}:")
 
-    def tables(self, records: Sequence[Any]) -> List[Tuple[str, str]]:
+    def tables(self, records: Sequence[Any], baseline: Optional[str] = None) -> List[Tuple[str, str]]:
         table = delay_table(records)
         return [("Delay-recall curves (measured after meta-training, before the stream, from a fresh state; "
                  "`docs/measurement.md`):", table)] \

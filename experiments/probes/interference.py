@@ -38,7 +38,7 @@ class InterferenceProbe(Probe):
             metrics={f"interference/{kind}/half_items": float(n) for kind, n in halves.items() if n is not None},
             heading=f"interference curves ({cfg.label()}), score against intervening items:")
 
-    def tables(self, records: Sequence[Any]) -> List[Tuple[str, str]]:
+    def tables(self, records: Sequence[Any], baseline: Optional[str] = None) -> List[Tuple[str, str]]:
         return [(caption, table) for caption, table in [
             ("Interference curves (measured after meta-training, before the stream, from a fresh state: recall of facts "
              "presented once against the number of items between them and their queries, by kind of item; "
