@@ -7,6 +7,7 @@ options are validated by that stream's config (``streams.icr.ICRConfig`` etc.).
 from __future__ import annotations
 
 import copy
+import dataclasses as dc
 import hashlib
 import io
 import json
@@ -461,6 +462,48 @@ def run_config(user: Any = None, overrides: Optional[List[str]] = None, plugins:
 #: the configs :meth:`RunConfig.check` returned, as they were then (id -> (weak reference, fingerprint)), so
 #: that one checked and not changed since is not checked again (the runner resolves what run_config
 #: checked); kept beside the config, not in it, so that ``vars(cfg)`` stays its fields
+_FROZEN_CLASSES: Dict[type, type] = {}
+
+
+def _refuse(self, name, value=None):
+    raise dc.FrozenInstanceError(f"a resolved run config is frozen: {type(self).__name__}.{name} cannot change "
+                                 "(what is logged is what runs); change the config before the run resolves it")
+
+
+def freeze(cfg: Any) -> Any:
+    """``cfg`` (a dataclass, e.g. a resolved :class:`RunConfig`) and every dataclass inside it made read-only
+    in place: setting or deleting a field raises ``dataclasses.FrozenInstanceError``. Each instance's class
+    becomes a subclass of its own that refuses writes, so isinstance, fields, ``asdict`` and copies work as
+    before (a deep copy, and a pickled one read back, is frozen too). Mappings and lists inside (e.g. ``stream.options``) are left as they
+    are: a phase reads them, never writes them (the fingerprint of the checked config covers them)."""
+    if dc.is_dataclass(cfg) and not isinstance(cfg, type):
+        for f in dc.fields(cfg):
+            freeze(getattr(cfg, f.name))
+        cls = type(cfg)
+        if cls not in _FROZEN_CLASSES.values():
+            if cls not in _FROZEN_CLASSES:
+                _FROZEN_CLASSES[cls] = type(cls.__name__, (cls,), {
+                    "__setattr__": _refuse, "__delattr__": _refuse, "__module__": cls.__module__,
+                    "__qualname__": cls.__qualname__,
+                    # pickled (a checkpoint, a Ray task) and copied as its own class, frozen again when read
+                    "__reduce_ex__": lambda self, protocol, base=cls: (_frozen_instance, (base, dict(self.__dict__)))})
+            object.__setattr__(cfg, "__class__", _FROZEN_CLASSES[cls])
+    elif isinstance(cfg, dict):
+        for v in cfg.values():
+            freeze(v)
+    elif isinstance(cfg, (list, tuple)):
+        for v in cfg:
+            freeze(v)
+    return cfg
+
+
+def _frozen_instance(cls: type, state: Dict[str, Any]) -> Any:
+    """A frozen instance of ``cls`` with ``state`` (how a frozen config is unpickled and copied)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(state)
+    return freeze(obj)
+
+
 _CHECKED: Dict[int, tuple] = {}
 
 

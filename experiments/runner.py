@@ -49,7 +49,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from experiments import meta_cache
 from experiments.artifacts import forgetting_plot, matrix_csv
 from experiments.code_version import code_version, plugin_source_hash
-from experiments.config import RunConfig, with_data_seed
+from experiments.config import RunConfig, freeze, with_data_seed
 from experiments.probes import PROBES, Probe, ProbeContext, probes_in_order, unknown_probes
 from experiments.probes.base import gate_tag
 from experiments.records import migrate
@@ -103,7 +103,8 @@ class ResolvedRun:
     """A run config resolved once, before anything is computed or written: what every phase reads.
 
     ``config`` is a validated copy of the caller's (defaults filled in, the data seed, the stream's
-    vocabulary, ``progress`` off on ranks other than 0) that no phase changes; ``stream_model`` the
+    vocabulary, ``progress`` off on ranks other than 0) that no phase can change (frozen,
+    :func:`experiments.config.freeze`); ``stream_model`` the
     model config after meta-training (``config.model`` with ``after_meta.model`` merged in).
     """
 
@@ -310,7 +311,7 @@ def resolve(cfg: RunConfig) -> ResolvedRun:
     version = code_version() + (f"+plugins.{plugins}" if plugins else "")
     store = store_key(default_tracking_uri(cfg.tracking.tracking_uri) if cfg.tracking.enabled else None)
     path = os.path.join(cfg.checkpoint.dir, f"{cfg.label()}-{cfg.identity()}-{_slug(version)}-{store}", "last.pt")
-    return ResolvedRun(cfg, stream_model, bench, device, version, path, store, 1 if dp is None else dp.world_size, main)
+    return ResolvedRun(freeze(cfg), stream_model, bench, device, version, path, store, 1 if dp is None else dp.world_size, main)
 
 
 def open_run(run: ResolvedRun, rerun: bool, announce: Callable[[str], None]) -> Opening:

@@ -88,3 +88,23 @@ def test_a_config_is_checked_once_unless_it_changes(monkeypatch):
         cfg.checked()
     assert calls == [1]
     assert RunConfig().checked().stream.name == RunConfig().stream.name and calls == [1, 1]
+
+
+def test_a_frozen_config_refuses_writes_and_stays_frozen_through_copies_and_pickles():
+    """experiments.config.freeze: what a resolved run's phases read cannot change under them; it is still
+    the same config (fields, identity, asdict), and a copy or a checkpoint's pickle of it is frozen too."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from experiments.config import freeze
+
+    cfg = run_config(TINY).checked()
+    frozen = freeze(copy.deepcopy(cfg))
+    assert isinstance(frozen, type(cfg)) and frozen.identity() == cfg.identity()
+    assert dataclasses.asdict(frozen) == dataclasses.asdict(cfg)
+    for again in (copy.deepcopy(frozen), pickle.loads(pickle.dumps(frozen))):
+        assert again.identity() == cfg.identity()
+        with pytest.raises(dataclasses.FrozenInstanceError, match="StrategySection.lr cannot change"):
+            again.strategy.lr = 1.0
+    cfg.strategy.lr = 1.0                              # the caller's own config is not touched

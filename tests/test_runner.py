@@ -402,6 +402,7 @@ def test_run_and_check_leave_the_callers_config_as_it_was(in_tmp):
     """The run works on its own resolved copy: vocabulary, data seed, progress and the filled-in options
     change there, never in the caller's object (a sweep reuses its configs)."""
     import copy
+    import dataclasses
 
     from experiments.config import RunConfig
     from experiments.runner import ResolvedRun, resolve
@@ -420,6 +421,10 @@ def test_run_and_check_leave_the_callers_config_as_it_was(in_tmp):
     assert raw == before and result.config.model.vocab_size == resolved.config.model.vocab_size
     with pytest.raises(Exception):                   # the resolved run is frozen
         resolved.device = "cuda"
+    with pytest.raises(dataclasses.FrozenInstanceError, match="a resolved run config is frozen: ModelConfig.d_model"):
+        resolved.config.model.d_model = 64           # and so is its config, to the last section: what ran is what logged
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.config.seed = 5
 
 
 def test_a_stopped_run_says_where_it_stopped_and_is_not_finished(in_tmp):
