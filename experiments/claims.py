@@ -112,7 +112,7 @@ from experiments.probes.capacity import capacity_points
 from experiments.probes.interference import curves_of
 from experiments.probes.position import last_position_bucket
 from experiments.records import load_records
-from experiments.stats import learning, pairing
+from experiments.stats import learning, pairing, reading
 from experiments.stats.intervals import PairedComparison, paired_comparison
 from experiments.stats.multiple import holm_bounds
 from experiments.stats.power import detectable_difference, equivalence_p, paired_sd
@@ -325,8 +325,13 @@ def _learned_nothing(r: compare.RunRecord) -> bool:
     return r.gate_skill < bar and (math.isnan(r.stream_skill) or r.stream_skill < bar)
 
 
-def _most(k: int, n: int) -> bool:
-    return n > 0 and 2 * k > n
+_most = reading.learned_on_most
+
+#: the claims table's word for each reading of a "more" comparison (experiments.stats.reading)
+_CLAIM_WORDS = {reading.LEAD: "yes", reading.LOSS: "opposite", reading.NO_DIFFERENCE: "no difference detected",
+                reading.LEAD_OVER_NON_LEARNER: "against a non-learner", reading.NOT_READ_NON_LEARNER: "against a non-learner",
+                reading.LEAD_NOT_LEARNED: "ours did not learn", reading.NOT_READ_NOT_LEARNED: "ours did not learn",
+                reading.NEITHER_LEARNED: "neither learned"}
 
 
 @dataclass
@@ -556,17 +561,9 @@ def _answer(claim: Claim, cmp: _Comparison, p_holm: float, higher: bool, family_
                         "still to come could move its p)")
             return
         else:
+            # who learned decides what the test may be read as (experiments.stats.reading, as the verdict)
             better = c.mean_difference > 0 if higher else c.mean_difference < 0
-            significant = p_holm < 0.05
-            if not theirs_learned:
-                # a lead over a memory that did not learn the task is no evidence that ours keeps more; a
-                # significant loss to it is still a loss
-                cmp.answer = "opposite" if significant and not better else "against a non-learner"
-            elif not ours_learned:
-                # ours did not learn the task: a lead of ours is not credited; a loss still counts against it
-                cmp.answer = "opposite" if significant and not better else "ours did not learn"
-            else:
-                cmp.answer = ("yes" if better else "opposite") if significant else "no difference detected"
+            cmp.answer = _CLAIM_WORDS[reading.read_difference(p_holm < 0.05, better, ours_learned, theirs_learned)]
         word = cmp.answer
         if cmp.answer == "no difference detected" and claim.margin > 0:
             # a declared equivalence margin: the two one-sided tests at the family's share of 5% (Bonferroni,

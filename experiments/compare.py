@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from experiments.config import SEED_KEYS
 from experiments.records import check_derived, migrate
 from experiments.stats.intervals import mean_interval, paired_comparison
+from experiments.stats import reading
 from experiments.stats.learning import late_learning, stopped_summary
 from experiments.stats.pairing import latest_per_replicate, pairs_against, pairs_in_one_version
 from experiments.stats.power import detectable_difference, paired_sd
@@ -620,25 +621,25 @@ class VerdictRow:
         few = "" if c.n >= 5 else f" ({c.n} seeds, fewer than 5)"
         # who learned, over the primary's own pairs (runs whose gates passed: learned is True)
         counts = self.learned_primary if min(self.learned_primary) >= 0 else self.learned_by
-        ovq_learned, other_learned = (2 * k > c.n for k in counts)
-        if not (ovq_learned or other_learned):   # two memories that did not learn: their difference is not read
+        # who learned decides what the test may be read as (experiments.stats.reading, as the claims table)
+        said = reading.read_difference(p < 0.05, self._better(c.mean_difference),
+                                       *(reading.learned_on_most(k, c.n) for k in counts))
+        if said == reading.NEITHER_LEARNED:
             return f"neither learned ({counts[0]}/{c.n} and {counts[1]}/{c.n})" + few
-        if p < 0.05 and self._better(c.mean_difference):
-            if not other_learned:        # a lead over a memory that did not learn the task is not a win
-                return f"OVQ holds more, against a non-learner ({counts[1]}/{c.n} learned)" + few
-            if not ovq_learned:
-                return f"OVQ holds more, but did not learn ({counts[0]}/{c.n} learned)" + few
+        if said == reading.LEAD_OVER_NON_LEARNER:
+            return f"OVQ holds more, against a non-learner ({counts[1]}/{c.n} learned)" + few
+        if said == reading.LEAD_NOT_LEARNED:
+            return f"OVQ holds more, but did not learn ({counts[0]}/{c.n} learned)" + few
+        if said == reading.LEAD:
             stopped = self.stopped[0]
             # a memory that holds more because it stopped taking new facts is named as one
             named = "" if not stopped or stopped.startswith(("0/", "unmeasured")) else f"; stopped learning {stopped}"
             return "OVQ holds more" + named + few
-        if p < 0.05:
+        if said == reading.LOSS:
             return "**OVQ holds less**" + few
-        # no difference where one side did not learn the task is no reading of what either memory keeps
-        # (as the claims table says it: experiments.claims); a loss to a non-learner, above, still counts
-        if not other_learned:
+        if said == reading.NOT_READ_NON_LEARNER:
             return f"not read: against a non-learner ({counts[1]}/{c.n} learned)" + few
-        if not ovq_learned:
+        if said == reading.NOT_READ_NOT_LEARNED:
             return f"not read: OVQ did not learn ({counts[0]}/{c.n} learned)" + few
         # what the test could have seen: 80% power at 5% for the observed spread of the differences
         could = detectable_difference(self.primary_sd, c.n)

@@ -51,7 +51,7 @@ def check_derived(record: Dict[str, Any]) -> None:
     rebuilt) ran once over results/ and lives in that commit only."""
     stream = record.get("stream_gate") or {}
     lacks = [k for k in ("shared_bytes_per_layer", "learned_buffers") if k not in record]
-    if not stream.get("chances") and record.get("R") and "learned" in stream:
+    if "chances" not in stream and record.get("R") and "learned" in stream:     # [] : none to store
         lacks.append("stream_gate.chances")
     if lacks:
         raise ValueError(f"run record {record.get('label', '?')}: made before records stored {', '.join(lacks)}; "

@@ -23,7 +23,7 @@ CHANCE = 0.1
 def _memory(layers, seed, R):
     """A run record on a 3-experience stream whose chance score is 0.1 (stream gate threshold 0.1)."""
     d = _run(layers, seed, R)
-    d["stream_gate"] = {"skill": 0.5, "chance": CHANCE, "threshold": 0.1, "learned": True}
+    d["stream_gate"] = {"skill": 0.5, "chance": CHANCE, "threshold": 0.1, "learned": True, "chances": []}
     return d
 
 
@@ -542,3 +542,17 @@ def test_the_verdict_words_count_who_learned_over_the_primarys_pairs_and_read_th
     (row,) = [e.row for e in report.verdict_entries(study_specs.all_studies()) if e.row]
     assert row.learned_primary == (10, 4)
     assert row.primary_verdict == "not read: against a non-learner (4/10 learned)"
+
+
+@pytest.mark.parametrize("significant,better,ours,theirs,expected", [
+    (True, True, True, True, "lead"), (True, False, True, True, "loss"), (False, True, True, True, "no difference detected"),
+    (True, True, True, False, "lead over a non-learner"), (False, True, True, False, "not read: the other did not learn"),
+    (True, True, False, True, "lead by a non-learner"), (False, False, False, True, "not read: ours did not learn"),
+    (True, False, True, False, "loss"), (True, False, False, True, "loss"),                 # a loss counts whoever learned
+    (True, True, False, False, "neither learned"), (True, False, False, False, "neither learned")])
+def test_one_rule_reads_a_difference_by_who_learned(significant, better, ours, theirs, expected):
+    """experiments.stats.reading: the verdict table and the claims table read a test by this one rule."""
+    from experiments.stats.reading import READINGS, learned_on_most, read_difference
+
+    assert read_difference(significant, better, ours, theirs) == expected and expected in READINGS
+    assert learned_on_most(3, 5) and not learned_on_most(2, 4) and not learned_on_most(0, 0)   # half is not most

@@ -9,4 +9,6 @@ declared answer call these, and form their own families from them.
 - :mod:`experiments.stats.power`: the paired SD, the difference a test could have found, equivalence
   (TOST) at a declared margin, its power and the seeds it needs.
 - :mod:`experiments.stats.learning`: each experience's skill and whether a run stopped learning.
+- :mod:`experiments.stats.reading`: what a difference test may be read as, given who learned (the verdict's
+  and the claims' one rule, each in its own words).
 """
