@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
-from experiments.pieces import Piece, checkout_of
+from experiments.pieces import Piece, checkout_of, program_of
 
 #: exit statuses of a run that was stopped, not ended (Ctrl-C, SIGKILL, SIGTERM): it resumes next time
 INTERRUPTED = (130, 137, 143, -2, -9, -15)
@@ -48,9 +48,10 @@ def piece_file(piece: Piece, project_dir: str) -> str:
         os.path.join(checkout_of(piece.commit, project_dir), piece.piece_file)
 
 
-def piece_command(piece: Piece, checkout: str) -> List[str]:
-    """The piece's ``ovq-cl`` from its checkout's own environment, with its arguments."""
-    return [os.path.join(checkout, ".venv", "bin", "ovq-cl"), *piece.argv]
+def piece_command(piece: Piece, project_dir: str) -> List[str]:
+    """The piece's ``ovq-cl`` (:func:`experiments.pieces.program_of`: its pinned checkout's own) with its
+    arguments."""
+    return [*program_of(piece.commit, project_dir), *piece.argv]
 
 
 def check_checkouts(pieces: Sequence[Piece], project_dir: str) -> None:
@@ -105,8 +106,8 @@ def run_pieces(pieces: Sequence[Piece], project_dir: str, log_dir: str, lanes: i
     of every piece that ended, in the order of ``pieces``. A piece whose JSON already exists is merged and
     not run. ``until`` (a time.time()): a piece starts only if its expected wall time (``Piece.minutes``)
     ends before it (one without an estimate, until it), so that runs a session's end would cut are left
-    for the next. ``command(piece, checkout)``: the argv a piece runs (its checkout's ``ovq-cl``; a test's
-    own)."""
+    for the next. ``command(piece, project_dir)``: the argv a piece runs, in its checkout (its pinned
+    ``ovq-cl``; a test's own)."""
     from experiments.ray_backend import _stop_trials, ray_session
     from experiments.sweep import merge_record_files
 
@@ -143,7 +144,7 @@ def run_pieces(pieces: Sequence[Piece], project_dir: str, log_dir: str, lanes: i
             while len(running) < lanes and (chosen := next_piece()) is not None:
                 i, piece, log = chosen
                 checkout = checkout_of(piece.commit, project_dir)
-                running[task.remote(command(piece, checkout), checkout, log)] = chosen
+                running[task.remote(command(piece, project_dir), checkout, log)] = chosen
                 announce(f"{piece.label}: started ({log})")
 
         started = time.perf_counter()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -232,6 +233,14 @@ def checkout_of(commit: Optional[str], project_dir: str) -> str:
     return os.path.normpath(os.path.join(project_dir, "..", f"ovq-cl-{commit}"))
 
 
+def program_of(commit: Optional[str], project_dir: str) -> List[str]:
+    """The ``ovq-cl`` a piece runs with: its pinned checkout's own (``.venv/bin/ovq-cl``), or this
+    interpreter's for an unpinned one (whatever environment this checkout was installed into)."""
+    if commit is None:
+        return [sys.executable, "-m", "experiments.cli"]
+    return [os.path.join(checkout_of(commit, project_dir), ".venv", "bin", "ovq-cl")]
+
+
 def smoke_overrides_of(checkout: str) -> Tuple[str, ...]:
     """The tiny sizes the code of a checkout makes its smoke runs with (its ``SMOKE_OVERRIDES``): a frozen
     commit may predate a key this code sets (e.g. a probe added since), which its config would refuse."""
@@ -261,7 +270,6 @@ def check_pieces(pieces: Sequence[Piece], spec: StudySpec, project_dir: str, roo
 
     Before anything runs, a pinned piece whose checkout (or its ``.venv``) is missing is a ValueError."""
     import subprocess
-    import sys
     import time
 
     from experiments.study import smoke_command
@@ -283,8 +291,7 @@ def check_pieces(pieces: Sequence[Piece], spec: StudySpec, project_dir: str, roo
     checks = []
     for p in chosen:
         checkout = checkout_of(p.commit, project_dir)
-        program = ([os.path.join(checkout, ".venv", "bin", "ovq-cl")] if p.commit is not None
-                   else [sys.executable, "-m", "experiments.cli"])
+        program = program_of(p.commit, project_dir)
         argv = smoke_command(list(p.argv), spec, root, overrides=sizes[p.commit])
         log = os.path.join(root, "logs", os.path.basename(p.piece_file)[:-len(".json")] + ".log")
         start = time.monotonic()

@@ -138,3 +138,16 @@ def test_until_reads_a_clock_time_or_minutes_from_now_and_refuses_anything_else(
         time_of("half past never")
     with pytest.raises(ValueError, match="give HH:MM"):
         time_of("25:00")
+
+
+def test_a_piece_runs_its_pinned_checkouts_ovq_cl_and_an_unpinned_one_this_interpreters(tmp_path):
+    import os
+
+    from experiments.piece_runs import piece_command
+
+    pinned = Piece(argv=("sweep", "a.yaml"), label="r0", study_file="s.json", piece_file="p.json", commit="abc1234")
+    project = str(tmp_path / "project")
+    assert piece_command(pinned, project) == [os.path.join(str(tmp_path), "ovq-cl-abc1234", ".venv", "bin", "ovq-cl"),
+                                              "sweep", "a.yaml"]
+    unpinned = Piece(argv=("sweep", "a.yaml"), label="r0", study_file="s.json", piece_file="p.json")
+    assert piece_command(unpinned, project) == [sys.executable, "-m", "experiments.cli", "sweep", "a.yaml"]
