@@ -151,3 +151,23 @@ def test_a_piece_runs_its_pinned_checkouts_ovq_cl_and_an_unpinned_one_this_inter
                                               "sweep", "a.yaml"]
     unpinned = Piece(argv=("sweep", "a.yaml"), label="r0", study_file="s.json", piece_file="p.json")
     assert piece_command(unpinned, project) == [sys.executable, "-m", "experiments.cli", "sweep", "a.yaml"]
+
+
+def test_a_study_runs_on_ray_end_to_end_and_then_nothing_is_left(tmp_path):
+    """The real path, tiny: `ovq-cl pieces`' runs of a study (unpinned) run as Ray tasks with the real
+    command, each record merged into the study's file; asked again, nothing is left to run."""
+    pytest.importorskip("ray")
+    from experiments.piece_runs import run_pieces
+    from experiments.pieces import study_pieces
+    from experiments.study import SMOKE_OVERRIDES
+    from test_pieces import SWEEP, _study
+
+    tiny = SWEEP.replace("[ovq];[full]", "[full]").replace(" --grid", " " + " ".join(SMOKE_OVERRIDES) + " --grid", 1)
+    spec = _study(tmp_path, [tiny])
+    pieces = study_pieces(spec, str(tmp_path))
+    assert [p.label for p in pieces] == ["icr-full-frozen-persist-s0", "icr-full-frozen-persist-s1"]
+    outcomes = run_pieces(pieces, str(tmp_path), str(tmp_path / "logs"), lanes=2, announce=lambda _: None)
+    assert [o.outcome for o in outcomes] == ["merged", "merged"], open(outcomes[0].log).read()[-2000:]
+    records = json.loads((tmp_path / "results" / "tiny.json").read_text())
+    assert sorted(r["seed"] for r in records) == [0, 1] and all(r["schema_version"] == 3 for r in records)
+    assert study_pieces(spec, str(tmp_path)) == []
