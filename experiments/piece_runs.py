@@ -26,6 +26,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from experiments.pieces import Piece, checkout_of, program_of
 
+#: seconds the driver waits on Ray at a time before it looks for a signal again
+WAIT_S = 1.0
+
 #: exit statuses of a run that was stopped, not ended (Ctrl-C, SIGKILL, SIGTERM): it resumes next time
 INTERRUPTED = (130, 137, 143, -2, -9, -15)
 
@@ -151,7 +154,11 @@ def run_pieces(pieces: Sequence[Piece], project_dir: str, log_dir: str, lanes: i
         try:
             start()
             while running:
-                ready, _ = ray.wait(list(running), num_returns=1)
+                # a bounded wait, so that Ctrl-C / SIGTERM reach this loop at once (a wait without a timeout
+                # can hold the interpreter in Ray's C++ until a task ends: seen in the suite, a 5-minute hang)
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
+                if not ready:
+                    continue
                 i, piece, log = running.pop(ready[0])
                 try:
                     rc, said = ray.get(ready[0]), ""

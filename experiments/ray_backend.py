@@ -109,7 +109,10 @@ def _run_trials(ray, configs, parent_run_id, rerun, announce, cpus, gpus, on_res
     pending, started, n_done = list(refs), time.perf_counter(), 0
     try:
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            # bounded, so that Ctrl-C / SIGTERM reach the driver at once (see experiments.piece_runs.WAIT_S)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+            if not ready:
+                continue
             i = refs[ready[0]]
             try:
                 results[i] = ray.get(ready[0])
