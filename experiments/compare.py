@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -287,44 +285,44 @@ def read_longest_budget(records: Sequence["RunRecord"], budget: str) -> List["Ru
     return [r for key, runs in groups.items() if key in kept for r in runs]
 
 
-def group_by_config(items: Sequence, params_of: Callable) -> Dict[str, List]:
+class GroupName(str):
+    """A configuration group's name (``"layers=['ovq'], ovq.num_slots=128"``) that keeps its parts
+    (``parts``: the ``name=value`` strings it joins, or ``["all runs"]``), so that readers never parse the
+    name back (a value may hold ", " itself: ``layers=['swa', 'ovq']``)."""
+
+    parts: List[str]
+
+    def __new__(cls, parts: List[str]) -> "GroupName":
+        name = super().__new__(cls, ", ".join(parts) or "all runs")
+        name.parts = list(parts) or ["all runs"]
+        return name
+
+
+def group_by_config(items: Sequence, params_of: Callable) -> Dict[GroupName, List]:
     """Items whose configs differ only by seeds (and the options of mixers they do not use) share a
-    group; the group's name lists the differing values."""
+    group; the group's name lists the differing values (a :class:`GroupName`)."""
     params = [relevant_params(params_of(it)) for it in items]
     varying = _varying(params)
-    groups: Dict[str, List] = defaultdict(list)
+    groups: Dict[GroupName, List] = {}
     for it, p in zip(items, params):
-        name = ", ".join(f"{_short(k)}={p[k]}" for k in varying if k in p)
-        groups[name or "all runs"].append(it)
+        name = GroupName([f"{_short(k)}={p[k]}" for k in varying if k in p])
+        groups.setdefault(name, []).append(it)
     return groups
 
 
-_PARAM_START = re.compile(r"[A-Za-z_][\w.]*=")
-
-
-def split_top_level(text: str, part_start: Optional["re.Pattern"] = None) -> List[str]:
-    """``text`` split at every ", " outside brackets (a list value holds ", " too); with
-    ``part_start``, only where the next part matches it."""
+def split_top_level(text: str) -> List[str]:
+    """``text`` split at every ", " outside brackets (a list value holds ", " too)."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch in "[({":
             depth += 1
         elif ch in "])}":
             depth = max(depth - 1, 0)
-        elif (ch == "," and depth == 0 and text.startswith(", ", i)
-              and (part_start is None or part_start.match(text, i + 2))):
+        elif ch == "," and depth == 0 and text.startswith(", ", i):
             parts.append(text[start:i])
             start = i + 2
     parts.append(text[start:])
     return parts
-
-
-def split_group_key(key: str) -> List[str]:
-    """A :func:`group_by_config` name back into its ``name=value`` parts: split at the ", " that
-    :func:`group_by_config` joined with, never inside a value (``layers=['swa', 'ovq']``,
-    ``gate.interference=[neutral, repeat]``): only outside brackets and where the next part starts
-    like a param name followed by '='."""
-    return [p for p in split_top_level(key, _PARAM_START) if p]
 
 
 def _short(key: str) -> str:

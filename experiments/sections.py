@@ -203,7 +203,7 @@ def plot_by_state_bytes(records: List[compare.RunRecord], path: str, title: str)
 
 def _config_names(groups: Dict[str, list]) -> Dict[str, str]:
     """Short names of configurations: the params that differ among them (key's last part = value)."""
-    params = {k: compare.split_group_key(k) for k in groups}
+    params = {k: k.parts for k in groups}
     shared = set.intersection(*(set(v) for v in params.values())) if params else set()
     return {k: ", ".join(p.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + p.split("=", 1)[1]
                          for p in v if p not in shared) or k for k, v in params.items()}
@@ -280,7 +280,7 @@ def _mixer_settings(groups: Dict[str, list], ignore=lambda param: False) -> Dict
     """{group: (mixer, [short "key=value" of the params that set it apart from the mixer's other
     groups])}: a mixer is ``model.layers`` joined by '+'; params for which ``ignore`` is true are left out."""
     mixer_of = {k: "+".join(compare._layers(runs[0].params.get("model.layers", ""))) or k for k, runs in groups.items()}
-    rest = {k: [p for p in compare.split_group_key(k) if not ignore(p)] for k in groups}
+    rest = {k: [p for p in k.parts if not ignore(p)] for k in groups}
     out = {}
     for key in groups:
         shared = set.intersection(*(set(rest[k]) for k in groups if mixer_of[k] == mixer_of[key]))
@@ -475,7 +475,7 @@ def short_recipe_labels(keys: Sequence[str]) -> Dict[str, str]:
     def budget_set(p):                  # the model's knob; the same knob set after meta-training is a treatment
         return any(t in p for t in _KNOB_PARAMS) and not p.startswith("after_meta.")
 
-    params = {k: dict(p.split("=", 1) for p in compare.split_group_key(k) if "=" in p and not budget_set(p)) for k in keys}
+    params = {k: dict(p.split("=", 1) for p in k.parts if "=" in p and not budget_set(p)) for k in keys}
     names = sorted({n for ps in params.values() for n in ps})
     varying = [n for n in names if len({params[k].get(n) for k in keys}) > 1]
 

@@ -578,14 +578,15 @@ def test_probe_curves_give_mean_and_interval_per_configuration_and_x(tmp_path, m
 def test_short_recipe_labels_name_what_sets_a_configuration_apart_once():
     """Params that split the configurations as an earlier one does (a recipe's batch size and steps beside
     its episode count) and budget-set knobs are left out; an absent param shows its absent value."""
-    keys = ["meta_train.batch_size=16, meta_train.retention_loss=1.0, meta_train.steps=1000, layers=['delta'], "
-            "delta.head_dim=65, state_budget=67840, stream.options.meta_sequence_episodes=32",
-            "meta_train.batch_size=16, meta_train.steps=1000, layers=['delta'], delta.head_dim=65, "
-            "state_budget=67840, stream.options.meta_sequence_episodes=32",
-            "meta_train.batch_size=32, meta_train.steps=400, layers=['delta'], delta.head_dim=32, "
-            "state_budget=16960, stream.options.meta_sequence_episodes=4",
-            "meta_train.batch_size=32, meta_train.steps=400, layers=['delta'], delta.head_dim=65, "
-            "state_budget=67840, stream.options.meta_sequence_episodes=4"]
+    keys = [compare.GroupName(parts) for parts in [
+        ["meta_train.batch_size=16", "meta_train.retention_loss=1.0", "meta_train.steps=1000", "layers=['delta']",
+         "delta.head_dim=65", "state_budget=67840", "stream.options.meta_sequence_episodes=32"],
+        ["meta_train.batch_size=16", "meta_train.steps=1000", "layers=['delta']", "delta.head_dim=65",
+         "state_budget=67840", "stream.options.meta_sequence_episodes=32"],
+        ["meta_train.batch_size=32", "meta_train.steps=400", "layers=['delta']", "delta.head_dim=32",
+         "state_budget=16960", "stream.options.meta_sequence_episodes=4"],
+        ["meta_train.batch_size=32", "meta_train.steps=400", "layers=['delta']", "delta.head_dim=65",
+         "state_budget=67840", "stream.options.meta_sequence_episodes=4"]]]
     labels = sections.short_recipe_labels(keys)
     assert [labels[k] for k in keys] == [
         "meta_sequence_episodes=32, retention_loss=1.0, state_budget=67840",
@@ -593,21 +594,22 @@ def test_short_recipe_labels_name_what_sets_a_configuration_apart_once():
         "meta_sequence_episodes=4, retention_loss=0.0, state_budget=16960",
         "meta_sequence_episodes=4, retention_loss=0.0, state_budget=67840"]
     assert sections.short_recipe_labels(keys[:1]) == {keys[0]: "all runs"}
-    test_time = ["after_meta.model.mixers.ovq.num_slots=2048, layers=['ovq'], ovq.num_slots=128",
-                 "after_meta.model.mixers.ovq.num_slots=128, layers=['ovq'], ovq.num_slots=128"]
+    test_time = [compare.GroupName([f"after_meta.model.mixers.ovq.num_slots={n}", "layers=['ovq']", "ovq.num_slots=128"])
+                 for n in (2048, 128)]
     assert list(sections.short_recipe_labels(test_time).values()) == ["num_slots=2048", "num_slots=128"]
 
 
-def test_group_keys_split_back_into_their_params_even_when_a_value_is_a_list():
-    """A configuration's name joins its params with ", ", and a list value holds ", " too: the name is split
-    only between params, so labels name the list whole."""
+def test_group_names_keep_their_params_even_when_a_value_is_a_list():
+    """A configuration's name joins its params with ", ", and a list value holds ", " too: the name keeps
+    its parts, so labels name the list whole and nothing parses the name back."""
     params = [{"model.layers": str(layers), "gate.interference": str(kinds), "model.state_budget": "67840"}
               for layers, kinds in [(["swa", "ovq"], ["neutral", "repeat"]), (["swa"], ["neutral", "same_region", "repeat"])]]
     keys = list(compare.group_by_config(params, lambda p: p))
-    assert [compare.split_group_key(k) for k in keys] == [
+    assert [k.parts for k in keys] == [
         ["gate.interference=['neutral', 'repeat']", "layers=['swa', 'ovq']"],
         ["gate.interference=['neutral', 'same_region', 'repeat']", "layers=['swa']"]]
-    assert compare.split_group_key("all runs") == ["all runs"]
+    assert compare.GroupName([]) == "all runs" and compare.GroupName([]).parts == ["all runs"]
+    assert keys[1] == "gate.interference=['neutral', 'same_region', 'repeat'], layers=['swa']"
     # a partition over several keys names each value whole
     assert report._where("model.layers, meta_train.steps", "['swa', 'ovq'], 1000") == "layers=['swa', 'ovq'], steps=1000"
     labels = sections.short_recipe_labels(keys)
