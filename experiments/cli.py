@@ -163,7 +163,7 @@ def _run(args, parser) -> int:
 def _sweep(args, parser) -> int:
     """ovq-cl sweep: a grid of configurations, every one checked before the first runs."""
     from experiments.config import check_writable
-    from experiments.sweep import check_backend, expand, parse_grid, run_sweep
+    from experiments.sweep import check_backend, expand, parse_grid, run_sweep, unequal_state
 
     grid = parse_grid(args.grid)
     check_backend(args.backend, args.ray_address, args.trial_cpus, args.trial_gpus)
@@ -171,6 +171,9 @@ def _sweep(args, parser) -> int:
     for cfg in configs:
         cfg.progress = shown_progress(cfg.progress, args.quiet)
     check_writable(args.out, "sweep --out")                 # before any run, not after all of them
+    unfair = unequal_state(configs)
+    if unfair:
+        say(unfair)                                          # even under --quiet: the comparison is at stake
     (silent if args.quiet else say)(f"ovq-cl: sweep {args.name}: {len(configs)} runs")
     results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun,
                                   announce=silent if args.quiet else say, backend=args.backend,

@@ -58,6 +58,38 @@ def parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:
 BACKENDS = ("serial", "ray")
 
 
+def unequal_state(configs: Sequence[RunConfig], tolerance: float = 0.25) -> Optional[str]:
+    """One line when the sweep's mixers carry state of unequal size (bytes per layer and lane on the stream,
+    after ``after_meta``, as ``ovq_cl.layers.budget`` counts it; the largest more than ``tolerance`` above
+    the smallest): a comparison of memories that is silently unfair (e.g. OVQ at a pinned 128 slots against
+    Gated DeltaNet's default heads, 16x fewer bytes). Mixers whose state grows with the context (full
+    attention) are named, not compared; a sweep whose every config sets ``model.state_budget`` is sized to
+    it (as close as each knob allows) and says nothing. None when fair."""
+    from ovq_cl.layers import build_mixer
+    from ovq_cl.layers.budget import state_bytes
+
+    if all(cfg.model.state_budget is not None for cfg in configs):
+        return None
+    fixed: Dict[str, int] = {}
+    growing = set()
+    for cfg in configs:
+        model = cfg.stream_model().resolved()
+        for name in dict.fromkeys(model.layers):
+            mixer = build_mixer(name, model.d_model, model.n_heads, model.mixers[name])
+            if mixer.state_nbytes(4096) != mixer.state_nbytes(1024):
+                growing.add(name)
+            else:
+                label = "+".join(model.layers)
+                fixed[label] = max(fixed.get(label, 0), state_bytes(name, model.d_model, model.n_heads, model.mixers[name]))
+    if len(fixed) < 2 or max(fixed.values()) <= (1 + tolerance) * min(fixed.values()):
+        return None
+    sizes = ", ".join(f"{label} {b:,} B" for label, b in sorted(fixed.items(), key=lambda kv: -kv[1]))
+    grows = f" ({', '.join(sorted(growing))}: grows with the context)" if growing else ""
+    return (f"ovq-cl: warning: the mixers compared carry unequal state per layer and lane: {sizes}{grows}; "
+            "model.state_budget=BYTES sizes every mixer to the same bytes (a knob the config pins is freed by "
+            "model.mixers.NAME.KNOB=null)")
+
+
 def check_backend(backend: str, ray_address: Optional[str] = None, trial_cpus: float = 1, trial_gpus: float = 0) -> None:
     """One clear line before anything runs: a known backend, sane resources, Ray importable when asked."""
     if backend not in BACKENDS:

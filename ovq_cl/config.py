@@ -63,7 +63,12 @@ class ModelConfig:
         from ovq_cl.layers import MIXERS, mixer_options
 
         self.layer_kinds()
-        mixers = dict(self.mixers)
+        # a budget knob set to null is unset (its default, or the budget's size): how a command line frees a
+        # knob its YAML pins, e.g. `model.state_budget=16960 model.mixers.ovq.num_slots=null`
+        mixers = {name: ({k: v for k, v in opts.items()
+                          if not (v is None and name in MIXERS and k == MIXERS.get(name).cls.budget_knob)}
+                         if hasattr(opts, "items") else opts)
+                  for name, opts in self.mixers.items()}
         for name in self.layers:
             if name not in MIXERS:
                 raise ValueError(f"model config: unknown mixer {name!r} in layers; known: {MIXERS.names()}")
@@ -92,8 +97,8 @@ class ModelConfig:
             options = size_to_budget(name, self.d_model, self.n_heads, self.state_budget, free)
             # a knob already equal to the budget's value is a resolved config resolved again (idempotent)
             if set_value is not None and set_value != getattr(options, knob):
-                raise ValueError(f"model config: model.mixers.{name}.{knob} is set and model.state_budget sizes it: "
-                                 "give one of the two")
+                raise ValueError(f"model config: model.mixers.{name}.{knob} is set ({set_value}) and model.state_budget "
+                                 f"sizes it: give one of the two (model.mixers.{name}.{knob}=null frees it)")
             sized[name] = dataclasses.asdict(options)
         return sized
 

@@ -36,8 +36,19 @@ def test_the_model_config_sizes_its_mixers_and_refuses_two_answers():
     assert cfg.mixers["swa"]["window"] == 133
     model = DecoderLM(cfg)
     assert model.mixers[1].options.num_slots == 128
-    with pytest.raises(ValueError, match="num_slots is set and model.state_budget sizes it"):
+    with pytest.raises(ValueError, match=r"num_slots is set \(64\) and model.state_budget sizes it.*"
+                                         r"model.mixers.ovq.num_slots=null frees it"):
         model_config({"layers": ["ovq"], "state_budget": 67840, "mixers": {"ovq": {"num_slots": 64}}})
+
+
+def test_a_null_budget_knob_is_unset_so_a_command_line_budget_can_size_what_a_yaml_pins():
+    """`model.state_budget=16960 model.mixers.ovq.num_slots=null` on a config that pins 128 slots: the
+    budget sizes OVQ (32 slots), as if the knob had never been set; without a budget, null is the default."""
+    freed = model_config({"layers": ["ovq"], "state_budget": 16960, "mixers": {"ovq": {"num_slots": None, "chunk_size": 8}}})
+    assert freed == model_config({"layers": ["ovq"], "state_budget": 16960, "mixers": {"ovq": {"chunk_size": 8}}})
+    assert freed.mixers["ovq"]["num_slots"] == 32
+    default = model_config({"layers": ["ovq"], "mixers": {"ovq": {"num_slots": None}}})
+    assert default.mixers["ovq"]["num_slots"] == MIXERS.get("ovq").options_type().num_slots
     with pytest.raises(ValueError, match="below the smallest ovq state"):
         model_config({"layers": ["ovq"], "state_budget": 10})
 

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from experiments import compare
-from experiments.sweep import expand, parse_grid, run_sweep
+from experiments.sweep import expand, parse_grid, run_sweep, unequal_state
 
 from test_runner import TINY
 
@@ -321,3 +321,16 @@ def test_a_record_read_from_mlflow_carries_vq_codebook_bytes_as_logged():
     logged = {"model/shared_bytes/layer0": 7.0, "model/shared_bytes/layer1": 9.0, "model/learned_buffers": 3.0}
     read = compare.record_from_mlflow({**row, "metrics": logged})
     assert read.shared_bytes == [7.0, 9.0] and read.learned_buffers == 3
+
+
+def test_a_sweep_of_mixers_at_unequal_state_is_said_before_it_runs():
+    """The README's first sweep once compared OVQ at a pinned 128 slots (67,584 B per layer and lane as the
+    budget counts it) with Gated DeltaNet's default heads (4,096 B) and said nothing. Now one line names
+    both sizes, names full attention as growing, and says how to match them; a budget, or one mixer, is quiet."""
+    mixers = parse_grid(["model.layers=[ovq];[delta];[full]"])
+    line = unequal_state(expand("experiments/configs/icr_frozen.yaml", [], mixers))
+    assert line is not None and "ovq 67,584 B, delta 4,096 B" in line and "full: grows with the context" in line
+    assert "model.state_budget=BYTES" in line
+    budgeted = expand("experiments/configs/icr_frozen.yaml", ["model.state_budget=16960", "model.mixers.ovq.num_slots=null"], mixers)
+    assert unequal_state(budgeted) is None
+    assert unequal_state(expand("experiments/configs/icr_frozen.yaml", [], parse_grid(["seed=0;1"]))) is None
