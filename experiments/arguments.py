@@ -11,7 +11,7 @@ from typing import List, Optional
 #: what ``ovq-cl --help`` says first
 DESCRIPTION = """Command line: ``ovq-cl demo | run | sweep | compare | study | report | state-sizes``.
 
-``--plugin MODULE`` (run, sweep, state-sizes, demo; repeatable) imports a module of yours first, so the
+``--plugin MODULE`` (run, sweep, compare, state-sizes, demo; repeatable) imports a module of yours first, so the
 mixers, streams, strategies and metrics it registers can be named in configs; packages can instead
 declare entry points (``ovq_cl.mixers``, ``ovq_cl.streams``, ``ovq_cl.strategies``, ``ovq_cl.metrics``).
 """
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_p.add_argument("--trial-cpus", type=float, default=1, help="CPUs per trial with --backend ray (torch threads)")
     sweep_p.add_argument("--trial-gpus", type=float, default=0, help="GPUs per trial with --backend ray")
     sweep_p.add_argument("--quiet", action="store_true", help="no progress bars and messages, only the table")
-    cmp_p = sub.add_parser("compare", help="95%% intervals over seeds, and paired tests against a baseline, of "
+    cmp_p = sub.add_parser("compare", parents=[plugin], help="95%% intervals over seeds, and paired tests against a baseline, of "
                                            "finished runs (an MLflow experiment, or sweep JSON files)")
     cmp_p.add_argument("json", nargs="*", help="sweep JSON files (ovq-cl sweep --out); default: the MLflow experiment")
     cmp_p.add_argument("--baseline", default=None,
@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_p.add_argument("--experiment", default="ovq-cl")
     cmp_p.add_argument("--tracking-uri", default=None)
     cmp_p.add_argument("--filter", default="", help="an MLflow search filter, e.g. \"params.strategy.name = 'frozen'\"")
+    cmp_p.add_argument("--sweep", default=None, metavar="NAME",
+                       help="only the runs of the sweep of this name in the experiment (its latest parent run)")
+    cmp_p.add_argument("--plot", default=None, metavar="PNG",
+                       help="also draw the forgetting curves (mean and 95%% CI over seeds per configuration) to this file")
     merge_p = sub.add_parser("merge", help="merge sweep JSON files into one (each run once: its config_id and code "
                                            "version), e.g. a sweep finished in pieces back into the file its study lists")
     merge_p.add_argument("out", help="the JSON file to write (its own records are kept, first)")

@@ -190,19 +190,24 @@ def _compare(args, parser) -> int:
     from experiments.records import load_records
 
     if args.json:
+        if args.sweep:
+            parser.error("compare --sweep selects runs of an MLflow experiment; with JSON files, name the sweep's file")
         records = [compare.record_from_json(d) for path in args.json for d in load_records(path, missing_ok=False)]
     else:
-        records = compare.mlflow_records(args.experiment, args.tracking_uri, args.filter)
+        records = compare.mlflow_records(args.experiment, args.tracking_uri, args.filter, sweep=args.sweep)
     if not records:
         print("ovq-cl: no finished runs found", file=sys.stderr)
         return 1
     records, notes = compare.deduplicated(records)
+    notes += compare.unknown_metric_notes(records)
     for note in notes:
         print(f"ovq-cl: {note}", file=sys.stderr)
     print(compare.summary_table(records))
     if args.baseline:
         print()
         print(compare.paired_table(records, args.baseline))
+    if args.plot:
+        say(f"ovq-cl: forgetting curves: {compare.curves_plot(records, args.plot, args.sweep or args.experiment)}")
     return 0
 
 
@@ -370,9 +375,9 @@ def _print_result(result) -> None:
         print("against the facts in force:  " + line(result.summary_current))
     g, s = result.gate, result.stream_gate
     if g.get("learned") is not None:
-        print(f"learned gate (held-out episodes, fresh state): score {g['score']:.3f} ± {g['standard_error']:.3f}, "
+        print(f"held-out gate (held-out episodes, fresh state): score {g['score']:.3f} ± {g['standard_error']:.3f}, "
               f"chance {g['chance']:.3f}, skill {g['skill']:.2f} (>= {g['threshold']}): "
-              f"{'learned' if g['learned'] else 'NOT LEARNED'}")
+              f"{'passed' if g['learned'] else 'FAILED'}")
     d = result.probes.get("delay")
     if d:
         from strategies.evaluation.delay import DelayCurve
@@ -386,7 +391,10 @@ def _print_result(result) -> None:
               f"(>= {dg['threshold']}): {verdict}" + ("" if d.get("required") else " (informative, not a gate here)"))
     print(f"stream gate (mean skill of R[j][j], each against its experience's chance, mean chance {s['chance']:.3f}): "
           f"skill {s['skill']:.2f} (>= {s['threshold']}): "
-          f"{'learned' if s['learned'] else 'NOT LEARNED: forgetting means nothing here'}")
+          f"{'passed' if s['learned'] else 'FAILED: forgetting means nothing here'}")
+    overall = result.learned
+    print("learned (every gate that applies; what the tables and the MLflow tag learned_overall call learned): "
+          + {True: "yes", False: "NO", None: "unmeasured"}[overall])
     print(f"state bytes per layer and lane: {[int(b) for b in result.state_bytes_per_lane]}   "
           f"parameters: {result.parameters:,}")
     print(f"MLflow run: {result.run_id}   artifacts: {result.artifact_uri}   checkpoint: {result.checkpoint}")

@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from experiments.config import SEED_KEYS
+from experiments.config import SEED_KEYS, GateSection
 from experiments.records import check_derived, migrate
 from experiments.stats.intervals import mean_interval, paired_comparison
 from experiments.stats import reading
@@ -389,7 +389,7 @@ def _gate_cell(runs: Sequence[RunRecord]) -> str:
     k = sum(bool(r.learned) for r in measured)
     skill = mean_interval([r.gate_skill for r in runs])
     text = f"{k}/{len(measured)} learned"
-    return text + (f" (skill {skill.mean:.2f})" if skill.n else "")
+    return text + (f" (held-out skill {skill.mean:.2f})" if skill.n else "")
 
 
 def _cell(runs: Sequence[RunRecord], column: str, current: bool = False, needs_learning: bool = False) -> str:
@@ -431,7 +431,11 @@ def summary_table(records: Iterable[RunRecord]) -> str:
     metric = ", ".join(sorted({r.metric for r in records})) or "?"
     head = ["configuration", "metric", "n", "learned gate", *SCORES, "stopped learning", *FORGETTING,
             "state bytes/layer/lane", "shared memory bytes/layer", "parameters"]
-    lines = [f"metric: {metric}; cells: mean ± std [95% CI] (n seeds); stopped learning: runs whose learning "
+    gate = GateSection()
+    lines = [f"metric: {metric}; cells: mean ± std [95% CI] (n seeds); learned gate: the runs that passed every "
+             f"gate (held-out skill >= {gate.min_skill} from a fresh state after meta-training, stream skill >= "
+             f"{gate.min_stream_skill}, recall at the learning delay where measured), beside the mean held-out "
+             "skill; stopped learning: runs whose learning "
              "score R[j][j] fell below the stream gate's skill bar at an experience after the first, which "
              "passed it (the earliest such experience, counted from 0); forgetting_max: Chaudhry et al. 2018, "
              "forgetting_learned: Avalanche's (R[i][i] - R[j][i])", "",
@@ -481,7 +485,9 @@ def find_group(groups: Dict[str, List[RunRecord]], name: str) -> str:
     """The one group ``name`` matches (:func:`matching_groups`); ValueError when none or several do."""
     matches = matching_groups(groups, name)
     if len(matches) != 1:
-        raise ValueError(f"baseline {name!r} matches {len(matches)} configurations; known: {sorted(groups)}")
+        raise ValueError(f"baseline {name!r} matches {len(matches)} configurations; known: {sorted(groups)}"
+                         + ("; name one whole (its row), or narrow the runs (compare --sweep NAME, --filter)"
+                            if len(matches) > 1 else ""))
     return matches[0]
 
 
@@ -792,8 +798,22 @@ def _f(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:+.2f}"
 
 
-def mlflow_records(experiment: str, tracking_uri: str = None, filter_string: str = "") -> List[RunRecord]:
-    """The finished runs of an MLflow experiment (sweep parents skipped) as records."""
+def unknown_metric_notes(records: Sequence[RunRecord]) -> List[str]:
+    """One note per metric the records use that this process has not registered (a plugin's, without
+    ``--plugin``): their runs are compared as stored, and what needs the metric's definition (each
+    experience's skill, hence "stopped learning") is unmeasured for them."""
+    from strategies.evaluation.metrics import METRICS
+
+    unknown = sorted({r.metric for r in records if r.metric not in METRICS})
+    return [f"metric {m!r} is not registered here ({sum(r.metric == m for r in records)} runs): compared as "
+            f"stored, 'stopped learning' unmeasured for them; pass --plugin MODULE to load it" for m in unknown]
+
+
+def mlflow_records(experiment: str, tracking_uri: str = None, filter_string: str = "",
+                   sweep: Optional[str] = None) -> List[RunRecord]:
+    """The finished runs of an MLflow experiment (sweep parents skipped) as records; with ``sweep``, only
+    the runs of the sweeps of that name (the children of every parent run so named: a sweep started again
+    reuses the runs an earlier start finished, which stay that start's children)."""
     import os
 
     from experiments.tracking import default_tracking_uri, runs_table
@@ -809,8 +829,14 @@ def mlflow_records(experiment: str, tracking_uri: str = None, filter_string: str
         raise ValueError(f"no experiment {experiment!r} in {uri}; known: {known}")
     from experiments.tracking.query import metric_histories
 
-    rows = [r for r in runs_table(experiment, tracking_uri, filter_string)
-            if r["status"] == "FINISHED" and r["tags"].get("kind") != "sweep"]
+    rows = runs_table(experiment, tracking_uri, filter_string)
+    if sweep is not None:
+        parents = {r["run_id"] for r in rows if r["tags"].get("kind") == "sweep" and r["run_name"] == sweep}
+        if not parents:
+            names = sorted({r["run_name"] for r in rows if r["tags"].get("kind") == "sweep"})
+            raise ValueError(f"no sweep {sweep!r} in experiment {experiment!r}; its sweeps: {names}")
+        rows = [r for r in rows if r["parent_run_id"] in parents]
+    rows = [r for r in rows if r["status"] == "FINISHED" and r["tags"].get("kind") != "sweep"]
     return [record_from_mlflow(r, metric_histories(client, r["run_id"], history_keys(r["metrics"]))) for r in rows]
 
 

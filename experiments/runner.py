@@ -66,7 +66,7 @@ from strategies.evaluation.gate import experience_chances, measure_gate, stream_
 from strategies.evaluation.metrics import higher_is_better
 from strategies.evaluation.results import (ResultMatrix, n_learned_buffers, n_parameters, shared_memory_bytes,
                                            state_metrics)
-from strategies.plugins import load_plugin_states, plugin_states
+from strategies.plugins import load_plugin_states, plugin_states, unsaved_plugins
 from strategies.registry import build_strategy
 from strategies.training import distributed
 from strategies.training.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
@@ -256,6 +256,12 @@ def _run(resolved: ResolvedRun, parent_run_id, stop_after, rerun, announce, star
             restore(session, opening.checkpoint, tracker)
             announce(f"ovq-cl: resuming run {tracker.run_id} at experience {session.next_experience} "
                      f"({os.path.dirname(resolved.checkpoint_path)})")
+            unsaved = unsaved_plugins(opening.checkpoint["extra"].get("plugins", {}))
+            if unsaved:                       # said, and tagged: this run is not the uninterrupted one
+                tracker.set_tags({"plugin_state_restarted": ", ".join(sorted(unsaved))})
+                announce("ovq-cl: warning: the checkpoint could not save the state of plugin(s) "
+                         + "; ".join(f"{k} ({why})" for k, why in sorted(unsaved.items()))
+                         + ": they restart empty, so this resumed run differs from an uninterrupted one")
         else:
             meta = meta_phase(resolved, session, tracker, opening, announce)
             session.meta_history, session.meta_source = meta.history, meta.source
@@ -568,7 +574,9 @@ def gate_phase(run: ResolvedRun, session: Session, tracker) -> Gates:
                          **{f"model/shared_bytes/layer{i}": b for i, b in enumerate(shared_memory_bytes(session.model))},
                          **{f"gate/{k}": float(v) for k, v in record.items() if v is not None and k != "learned"}},
                         step=0)
-    tracker.set_tags({"learned": gate_tag(gate.learned)})
+    # three gates, three names: the held-out one here, learned_on_stream and learned_overall (what the tables
+    # call learned) at the end
+    tracker.set_tags({"learned_held_out": gate_tag(gate.learned)})
     return Gates(record, probe_phase(run, session, tracker, "before_stream"))
 
 

@@ -43,6 +43,8 @@ def detach_states(states):
 class PersistentMemoryPlugin(SupervisedPlugin, supports_distributed=True):
     """Carries ``strategy.states`` according to ``policy`` (see the module docstring)."""
 
+    run_managed = True      # its state is the run's own (strategies.plugins)
+
     def __init__(self, policy: str = "persist") -> None:
         super().__init__()
         if policy not in POLICIES:

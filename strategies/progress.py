@@ -11,6 +11,8 @@ from ovq_cl.base.progress import progress
 class ProgressPlugin(SupervisedPlugin, supports_distributed=True):
     """One bar (or line) per training experience (minibatches) and one per evaluation (experiences)."""
 
+    run_managed = True      # its state is the run's own (strategies.plugins)
+
     def __init__(self) -> None:
         super().__init__()
         self._bar = None

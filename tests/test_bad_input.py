@@ -27,6 +27,9 @@ PLUGINS = {
     (["--plugin", "plugin_with_a_missing_dependency"],
      "--plugin plugin_with_a_missing_dependency: it imports a_package_nobody_installed, which is not installed"),
     (["--plugin", "plugin_nowhere"], "--plugin plugin_nowhere: no module 'plugin_nowhere' found in the current folder"),
+    # a user's folder named like a package of ovq-cl (streams/mine.py beside the config): one line, not an
+    # ImportError from the framework's own streams shadowed by the user's
+    (["--plugin", "streams.mine"], "--plugin streams.mine: 'streams' is one of ovq-cl's own packages"),
     (["model.d_model=65"], "model: OVQAttention: d_model=65 is not divisible by n_heads=4"),
     (["after_meta.model.mixers.ovq.num_slots=0"], "after_meta.model"),
 ])
@@ -75,3 +78,20 @@ def test_under_torchrun_a_mistake_is_said_once_by_rank_0(tmp_path):
     # torchrun's own failure summary names our line as the root cause, not a link to its docs
     assert "traceback : ovq-cl: error: model: OVQAttention" in done.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_a_plugin_folder_beside_a_folder_named_like_a_framework_package_does_not_shadow_it(tmp_path):
+    """`ovq-cl` (a script: the current folder is not on sys.path) adds the current folder for --plugin last,
+    so a user's `streams/` there does not replace ovq-cl's `streams` (it did: a raw ImportError)."""
+    (tmp_path / "streams").mkdir()
+    (tmp_path / "streams" / "__init__.py").write_text("raise ImportError('the user folder shadowed the framework')\n")
+    (tmp_path / "my_plugin.py").write_text("LOADED = True\n")
+    script = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
+              "from ovq_cl.base import load_plugins\n"
+              "load_plugins(['my_plugin'])\n"
+              "import streams, my_plugin\n"
+              "print(streams.__file__, my_plugin.LOADED)\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert out.stdout.split() == [os.path.join(ROOT, "streams", "__init__.py"), "True"]

@@ -218,7 +218,8 @@ def test_the_cli_prints_the_delay_curve_and_every_gate(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "delay-recall curve (fresh state, before the stream; span:" in out
     assert "delay gate (skill at the learning delay, 26 tokens)" in out      # 2 episodes of 13 tokens a lane
-    assert "(informative, not a gate here)" in out and "learned gate (held-out episodes" in out
+    assert "(informative, not a gate here)" in out and "held-out gate (held-out episodes" in out
+    assert "learned (every gate that applies" in out
 
 
 # ---------------------------------------------------------------- long-horizon meta-training in blocks

@@ -68,7 +68,8 @@ def test_a_run_logs_params_metrics_and_artifacts(in_tmp):
     assert "average_forgetting" not in " ".join(metrics), "no forgetting without the name of its definition"
     assert params["seed"] == "0" and params["stream.options.seed"] == "0"
     tags = runs[0]["tags"]
-    assert tags["learned"] in ("true", "false") and tags["learned_overall"] in ("true", "false")
+    assert tags["learned_held_out"] in ("true", "false") and tags["learned_overall"] in ("true", "false")
+    assert "learned" not in tags                     # one word, one meaning: no bare "learned" tag
     assert "Chaudhry" in tags["metric_definition.forgetting_max"] and "Avalanche" in tags["metric_definition.forgetting_learned"]
     assert any(name.startswith("by_iteration/accuracy_Exp/eval_phase") for name in metrics)   # Avalanche's axis
     artifacts = {a.path for a in client.list_artifacts(result.run_id)}

@@ -18,9 +18,9 @@ def experience_skills(r: "RunRecord") -> List[float]:
     """Skill of each experience's learning score R[j][j] against that experience's chance (the best
     context-free predictor on its own test labels; the stream's pooled chance for a record whose stream
     could not be rebuilt): 0 at chance, 1 perfect; NaN where unknown."""
-    from strategies.evaluation.metrics import skill
+    from strategies.evaluation.metrics import METRICS, skill
 
-    if not r.R:
+    if not r.R or r.metric not in METRICS:   # a metric this process does not know (its plugin not loaded)
         return []
     if len(r.stream_chances) == len(r.R):
         chances = list(r.stream_chances)

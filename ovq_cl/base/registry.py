@@ -87,6 +87,10 @@ ENTRY_POINT_MODULES: List[str] = []
 hashes their packages' source into a run's code version)."""
 
 
+#: the top-level packages of ovq-cl: a plugin module must live outside them
+FRAMEWORK_PACKAGES = ("ovq_cl", "streams", "strategies", "experiments", "benchmarks")
+
+
 def load_plugins(modules: Iterable[str]) -> List[str]:
     """Imports every module named (``package.module``); importing registers what it defines.
     A module that cannot be imported is a ValueError on one line naming it and why: not found (where
@@ -97,9 +101,14 @@ def load_plugins(modules: Iterable[str]) -> List[str]:
     here = os.getcwd()
     if modules and not ({"", ".", here} & set(sys.path)):
         # the current folder, as `python -m` has it: the `ovq-cl` script alone would not find a plugin
-        # module written beside the config
-        sys.path.insert(0, here)
+        # module written beside the config. Last, not first: a user's folder named like one of ovq-cl's own
+        # packages (a `streams/` beside the config) must not shadow the framework's
+        sys.path.append(here)
     for name in modules:
+        top = name.split(".", 1)[0]
+        if top in FRAMEWORK_PACKAGES:
+            raise ValueError(f"--plugin {name}: {top!r} is one of ovq-cl's own packages ({', '.join(FRAMEWORK_PACKAGES)}); "
+                             f"put your module in a folder of another name (e.g. my_{top}/) and pass --plugin my_{name}")
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as err:

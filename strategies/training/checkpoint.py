@@ -14,6 +14,10 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+# a checkpoint may hold Avalanche objects (a stock plugin's attributes, strategies.plugins): unpickling them
+# imports Avalanche, which needs the torchvision shim first
+import ovq_cl.base.avalanche_compat  # noqa: F401,E402
+
 
 def rng_state() -> Dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}

@@ -1,7 +1,8 @@
 """A user's extension of ovq-cl, written as a user would write it, outside the package.
 
 Importing this module registers a mixer (``ema``, with its own options), a stream (``cipher``), a
-metric (``error_rate``) and a strategy (``anchor``, a plugin with state that survives a resume), so
+metric (``error_rate``), a strategy (``anchor``, a plugin with state that survives a resume) and one of
+Avalanche's stock plugins (``si``: Synaptic Intelligence, saved by its attributes), so
 that ``ovq-cl run CONFIG --plugin plugins.extension`` (or ``plugins: [plugins.extension]`` in the
 config) runs them like built-in ones. ``tests/test_extensions.py`` does exactly that.
 
@@ -27,6 +28,10 @@ from ovq_cl.base import validate
 from ovq_cl.layers import Mixer, MixerOptions, register_mixer
 from ovq_cl.layers.base import elem_size
 from ovq_cl.state import MixerState
+import ovq_cl.base.avalanche_compat  # noqa: F401  (before avalanche)
+from avalanche.core import SupervisedPlugin
+from avalanche.training.plugins import SynapticIntelligencePlugin
+
 from strategies.plugins import CheckpointedPlugin
 from strategies.registry import register_strategy
 from strategies.evaluation.metrics import MetricSpec, register_metric
@@ -145,19 +150,7 @@ class AnchorPlugin(CheckpointedPlugin):
         self.anchor: Optional[dict] = None
 
     def before_training_exp(self, strategy, **kwargs):
-        if os.environ.get("EXTENSION_KILL_BEFORE") == str(strategy.experience.current_experience):
-            marker = os.environ.get("EXTENSION_KILL_MARKER")
-            if marker:
-                try:
-                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL))      # atomic: one process only
-                except FileExistsError:
-                    return
-            os.kill(os.getpid(), signal.SIGKILL)
-        if os.environ.get("EXTENSION_WAIT_BEFORE") == str(strategy.experience.current_experience):
-            with open(os.environ["EXTENSION_WAIT_MARKER"], "a") as fh:
-                fh.write(f"{os.getpid()}\n")
-            for _ in range(1200):                                        # interruptible: a signal ends it
-                time.sleep(0.1)
+        test_hooks(strategy.experience.current_experience)
 
     def before_backward(self, strategy, **kwargs):
         if self.anchor is None:
@@ -176,3 +169,37 @@ class AnchorPlugin(CheckpointedPlugin):
 
 
 register_strategy("anchor", AnchorOptions, lambda options, seed: [AnchorPlugin(options.strength)])
+
+
+def test_hooks(experience: int) -> None:
+    """The module docstring's EXTENSION_KILL_* and EXTENSION_WAIT_* hooks, before training ``experience``."""
+    if os.environ.get("EXTENSION_KILL_BEFORE") == str(experience):
+        marker = os.environ.get("EXTENSION_KILL_MARKER")
+        if marker:
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))      # atomic: one process only
+            except FileExistsError:
+                return
+        os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("EXTENSION_WAIT_BEFORE") == str(experience):
+        with open(os.environ["EXTENSION_WAIT_MARKER"], "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        for _ in range(1200):                                        # interruptible: a signal ends it
+            time.sleep(0.1)
+
+
+class HooksPlugin(SupervisedPlugin):
+    """The test hooks alone, beside a stock plugin (no state)."""
+
+    def before_training_exp(self, strategy, **kwargs):
+        test_hooks(strategy.experience.current_experience)
+
+
+@dataclasses.dataclass(frozen=True)
+class SIOptions:
+    """si_lambda: the penalty weight of Avalanche's Synaptic Intelligence (a stock plugin, not a CheckpointedPlugin)."""
+
+    si_lambda: float = 1.0
+
+
+register_strategy("si", SIOptions, lambda options, seed: [HooksPlugin(), SynapticIntelligencePlugin(si_lambda=options.si_lambda)])
