@@ -58,6 +58,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         install_loop_threads()      # OVQ's loop threads: this process's policy (OVQ_CL_LOOP_THREADS, else auto)
         return _dispatch(args, parser)
     except KeyboardInterrupt as interrupt:
+        if args.command not in ("run", "sweep", "study"):     # nothing tracked, nothing to resume
+            print(f"ovq-cl: {args.command} interrupted", file=sys.stderr)
+            return 130
         if not (_terminated or isinstance(interrupt, Terminated)):
             print("ovq-cl: interrupted; the run is marked KILLED and resumes from its last checkpoint when "
                   "started again", file=sys.stderr)
@@ -178,7 +181,7 @@ def _sweep(args, parser) -> int:
     results, failures = run_sweep(configs, args.name, grid=grid, out=args.out, rerun=args.rerun,
                                   announce=silent if args.quiet else say, backend=args.backend,
                                   ray_address=args.ray_address, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus,
-                                  quiet=args.quiet)
+                                  quiet=args.quiet, base=(args.config, list(args.overrides)))
     for label, err in failures:
         print(f"FAILED {label}: {err}")
     return 1 if failures else 0

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from experiments.messages import say
 from ovq_cl import DecoderLM, model_config
 from ovq_cl.base.progress import progress as show_progress
 from strategies.evaluation.metrics import SequenceScore
@@ -109,7 +110,13 @@ def run_demo(cfg: Optional[DemoConfig] = None, progress: bool = True) -> List[De
     from experiments.threads import install_loop_threads
 
     install_loop_threads()          # OVQ's loop threads: the process's policy, as a run's
-    results = [train_one(kind, cfg, progress) for kind in cfg.mixers]
+    results, started = [], time.perf_counter()
+    for i, kind in enumerate(cfg.mixers, 1):
+        results.append(train_one(kind, cfg, progress))
+        if progress:                   # where the demo stands, and what is left at its pace so far
+            spent = time.perf_counter() - started
+            say(f"demo: {i}/{len(cfg.mixers)} mixers trained ({kind}, recall {results[-1].accuracy:.3f}); "
+                f"{spent:.0f} s so far, about {spent / i * (len(cfg.mixers) - i):.0f} s left")
     budget = "each mixer's own size" if cfg.state_budget is None else f"state budget {cfg.state_budget:,} B per layer and lane"
     print(f"associative recall: {cfg.task.n_pairs} pairs, {cfg.task.n_queries} queries, T={cfg.task.seq_len}, "
           f"{cfg.steps} steps x {cfg.batch_size} episodes, seed {cfg.seed}, {budget}; accuracy on "

@@ -4,6 +4,7 @@ tasks (``backend="ray"``: a local Ray started for the sweep, or an existing clus
 ``ray_address``; ``pip install 'ovq-cl[ray]'``)."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import traceback
@@ -108,7 +109,7 @@ def check_backend(backend: str, ray_address: Optional[str] = None, trial_cpus: f
 def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] = None, experiment: Optional[str] = None,
               grid: Optional[Dict[str, List[str]]] = None, out: Optional[str] = None, rerun: bool = False,
               announce=print, backend: str = "serial", ray_address: Optional[str] = None, trial_cpus: float = 1,
-              trial_gpus: float = 0, show=print, quiet: bool = False):
+              trial_gpus: float = 0, show=print, quiet: bool = False, base: Optional[Tuple[str, Sequence[str]]] = None):
     """Runs every config under one parent MLflow run; a failed run is reported and the sweep goes on.
 
     The parent logs the grid as params and, with ``out``, the comparison table, the run records (JSON)
@@ -147,10 +148,21 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
     ours, from_records = _identities_and_records(configs, json_path, rerun, announce) if out else (set(), {})
     found = [from_records[i] for i in sorted(from_records)]
     configs = [c for i, c in enumerate(configs) if i not in from_records]
-    with SweepTracker(experiment, name, tracking_uri or (all_configs[0].tracking.tracking_uri if all_configs else None)) as parent:
-        parent.set_tags({"n_runs": len(all_configs)})
-        if grid:
-            parent.log_config({"grid": {k: list(v) for k, v in grid.items()}}, filename="grid.yaml")
+    # a sweep whose every run its records already hold runs nothing: no new, empty parent run in MLflow
+    opened = (SweepTracker(experiment, name, tracking_uri or (all_configs[0].tracking.tracking_uri if all_configs else None))
+              if configs or not found else contextlib.nullcontext(None))
+    with opened as parent:
+        if parent is not None:
+            parent.set_tags({"n_runs": len(all_configs)})
+            # what makes the sweep again from MLflow alone: its base config (path and content), overrides, grid
+            sweep_of = {"grid": {k: list(v) for k, v in (grid or {}).items()}}
+            if base is not None:
+                sweep_of.update(config=str(base[0]), overrides=list(base[1]))
+            if grid or base is not None:
+                parent.log_config(sweep_of, filename="sweep.yaml")
+            if base is not None and os.path.isfile(str(base[0])):
+                with open(str(base[0])) as fh:
+                    parent.log_text(fh.read(), os.path.basename(str(base[0])))
         if backend == "ray":
             from experiments.ray_backend import run_on_ray
 
@@ -179,7 +191,8 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
             announce(f"[{n}/{len(configs)}] {cfg.label()} {outcome}"
                      f"; {spent:.0f} s so far, about {spent / n * (len(configs) - n):.0f} s left")
         results = found + results
-        parent.set_tags({"n_failed": len(failures), "n_from_records": len(found)})
+        if parent is not None:
+            parent.set_tags({"n_failed": len(failures), "n_from_records": len(found)})
         if out and results:
             os.makedirs(out, exist_ok=True)
             records = [compare.record_from_result(r) for r in results]
@@ -190,10 +203,13 @@ def run_sweep(configs: List[RunConfig], name: str, tracking_uri: Optional[str] =
                 fh.write(text + "\n")
             _write_records(results, paths["json"], ours)
             compare.curves_plot(records, paths["plot"], name)
-            for path in paths.values():
-                parent.client.log_artifact(parent.run_id, path)
+            if parent is not None:
+                for path in paths.values():
+                    parent.client.log_artifact(parent.run_id, path)
             show(text)
-            announce(f"table, records and plot: {', '.join(paths.values())} (also artifacts of MLflow run {parent.run_id})")
+            announce(f"table, records and plot: {', '.join(paths.values())}"
+                     + (f" (also artifacts of MLflow run {parent.run_id})" if parent is not None
+                        else " (every run read from the sweep's records: no new MLflow run)"))
     return results, failures
 
 

@@ -14,6 +14,25 @@ def test_demo_cli_prints_a_row_per_mixer(capsys):
         assert all(int(b) > 0 for b in r[4].split("/"))        # state bytes per layer
 
 
+def test_the_demo_says_how_far_it_is_and_how_long_is_left(capsys):
+    assert main(["demo", "--steps", "2", "--mixers", "ovq,linear"]) == 0
+    err = capsys.readouterr().err
+    assert "demo: 1/2 mixers trained (ovq, recall " in err and "s so far, about " in err
+    assert "demo: 2/2 mixers trained (linear" in err and "about 0 s left" in err
+
+
+def test_a_demo_interrupted_says_so_and_speaks_of_no_run(capsys, monkeypatch):
+    import experiments.demo as demo
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "train_one", interrupted)
+    assert main(["demo", "--steps", "2", "--mixers", "ovq", "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert "demo interrupted" in err and "checkpoint" not in err and "KILLED" not in err
+
+
 def test_demo_cli_rejects_unknown_mixer(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--mixers", "ovq,hyena"])

@@ -243,8 +243,12 @@ def test_a_sweep_nests_only_the_runs_it_started_and_logs_its_grid_and_table(tmp_
     base = {**TINY, "tracking": {"tracking_uri": store, "experiment": "nest"}, "checkpoint": {"dir": str(tmp_path / "c")},
             "stream": {"name": "icr", "options": {**TINY["stream"]["options"], "n_experiences": 2}}}
     grid = {"seed": ["0", "1"]}
+    import yaml
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
     run_sweep(expand(base, [], grid), "first", grid=grid, out=str(tmp_path / "out"))
-    run_sweep(expand(base, [], grid), "second", grid=grid, out=str(tmp_path / "out2"))      # both reused
+    run_sweep(expand(base, [], grid), "second", grid=grid, out=str(tmp_path / "out2"),       # both reused
+              base=(str(tmp_path / "base.yaml"), ["meta_train.steps=2"]))
     runs = {r["run_name"]: r for r in runs_table("nest", store)}
     first, second = runs.pop("first"), runs.pop("second")
     assert len(runs) == 2 and all(r["parent_run_id"] == first["run_id"] for r in runs.values())
@@ -253,9 +257,13 @@ def test_a_sweep_nests_only_the_runs_it_started_and_logs_its_grid_and_table(tmp_
     client = MlflowClient(store)
     for parent in (first, second):
         names = {a.path for a in client.list_artifacts(parent["run_id"])}
-        assert {"grid.yaml", f"{parent['run_name']}.md", f"{parent['run_name']}.json",
+        assert {"sweep.yaml", f"{parent['run_name']}.md", f"{parent['run_name']}.json",
                 f"{parent['run_name']}.png"} <= names
     assert second["params"]["grid.seed"] == "['0', '1']"
+    # the sweep can be made again from MLflow alone: its base config (path and file) and its overrides
+    assert second["params"]["config"] == str(tmp_path / "base.yaml") and second["params"]["overrides"] == "['meta_train.steps=2']"
+    assert "base.yaml" in {a.path for a in client.list_artifacts(second["run_id"])}
+    assert second["tags"]["mlflow.user"] and second["tags"]["mlflow.source.name"]       # the UI's User and Source
 
 
 def test_early_checks_of_a_sweep_and_the_default_checkpoint_folder(tmp_path, monkeypatch, capsys):

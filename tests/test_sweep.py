@@ -308,6 +308,13 @@ def test_a_fresh_machine_reads_finished_runs_back_from_the_sweeps_records(tmp_pa
     after = json.loads((tmp_path / "results" / "piece.json").read_text())
     assert [r["seed"] for r in after] == [0, 1, 2] and after[:2] == before
     assert [r.record()["R"] for r in results[:2]] == [r.record()["R"] for r in first]
+    # started again with every run in its records: nothing runs, and no new, empty parent run is made
+    from experiments.tracking import runs_table
+
+    parents = lambda: [r for r in runs_table("fresh", f"sqlite:///{tmp_path / 'new' / 'mlruns.db'}") if r["tags"].get("kind") == "sweep"]  # noqa: E731
+    n_parents = len(parents())
+    again, failures = run_sweep(expand(base("new"), [], {"seed": ["0", "1", "2"]}), "piece", out=out)
+    assert not failures and ran == [2] and len(again) == 3 and len(parents()) == n_parents == 1
     run_sweep(expand(base("new"), [], {"seed": ["0"]}), "piece", out=out, rerun=True)
     assert ran == [2, 0]                                      # --rerun: run again, never read back
 

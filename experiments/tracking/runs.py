@@ -7,6 +7,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import time
 import traceback
 from importlib import metadata
@@ -56,6 +57,16 @@ def cpu_capability() -> str:
         return "unknown"
 
 
+def _user() -> str:
+    """Who runs this process (the login name, else the user id): MLflow's User column."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+
+
 def environment_tags() -> Dict[str, str]:
     """Tags that identify the code and environment of a run.
 
@@ -72,6 +83,11 @@ def environment_tags() -> Dict[str, str]:
     tags = {
         "git.commit": commit,
         "mlflow.source.git.commit": commit,
+        # the UI's Source and User columns: the command that made the run, and who ran it
+        "mlflow.source.name": " ".join(["ovq-cl" if os.path.basename(sys.argv[0]) in ("ovq-cl", "cli.py") else sys.argv[0],
+                                        *sys.argv[1:]])[:500],
+        "mlflow.source.type": "LOCAL",
+        "mlflow.user": _user(),
         "git.dirty": "unknown" if status is None else str(bool(status.strip())).lower(),
         "version.python": platform.python_version(),
         "host": socket.gethostname(),
