@@ -28,11 +28,18 @@ def forgetting_plot(R: Sequence[Sequence[Optional[float]]], tokens_after: List[i
         js = [j for j in range(row, len(R)) if R[j][row] is not None]
         axes[0].plot(js, [R[j][row] for j in js], marker="o", label=f"exp {row}")
         axes[1].plot([tokens_after[j] - tokens_after[row] for j in js], [R[j][row] for j in js], marker="o")
+    from matplotlib.ticker import MaxNLocator
+
     axes[0].set_xlabel("after training experience j")
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))       # experiences are whole numbers
     axes[1].set_xlabel("tokens streamed per lane since the experience ended")
+    values = [v for row in R for v in row if v is not None]
     for ax in axes:
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
+        # from 0, not auto-zoomed: 0.81-1.0 made eight points of a stable memory look like a collapse; a score
+        # within [0, 1] (accuracy) is drawn on all of it
+        ax.set_ylim(0, 1.02 if values and max(values) <= 1 else None)
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()

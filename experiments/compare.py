@@ -869,13 +869,17 @@ def curves_plot(records: Iterable[RunRecord], path: str, title: str = "") -> str
         mean = [statistics.fmean(s[d] for s in per_seed) for d in range(K)]
         sd = [statistics.stdev([s[d] for s in per_seed]) if len(per_seed) > 1 else 0.0 for d in range(K)]
         bad = sum(r.learned is False for r in runs)
-        label = key + (f"  [NOT LEARNED: {bad}/{len(runs)}]" if bad else "")
+        readable = key.replace("['", "").replace("']", "").replace("', '", "+")     # layers=['ovq'] -> layers=ovq
+        label = f"{readable} (n={len(runs)})" + (f"  [NOT LEARNED: {bad}/{len(runs)}]" if bad else "")
         ax.plot(range(K), mean, marker="o", label=label, linestyle="--" if bad else "-")
         ax.fill_between(range(K), [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.15)
+    chances = [r.stream_chance for r in records if r.R is not None and not math.isnan(r.stream_chance)]
+    if chances:                         # what answering without memory scores: the floor every curve is read against
+        ax.axhline(statistics.fmean(chances), color="grey", linestyle=":", linewidth=1, label="chance")
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))           # experiences are whole
     ax.set_xlabel("experiences since the evaluated experience was learned")
-    ax.set_ylabel(metric)
+    ax.set_ylabel(f"{metric} (mean over seeds; band: ±1 SD over seeds)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     # below the axes: a legend of long configuration names inside them hides the curves

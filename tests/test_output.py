@@ -115,3 +115,16 @@ def test_library_logging_follows_quiet(quiet, monkeypatch):
         assert os.environ["MLFLOW_LOGGING_LEVEL"] == "WARNING"
         monkeypatch.delenv("MLFLOW_LOGGING_LEVEL")
     assert all((logging.getLogger(n).level == logging.WARNING) == quiet for n in cli.LIBRARY_LOGGERS)
+
+
+def test_the_forgetting_curve_plot_has_whole_experiences_and_starts_at_zero():
+    """Eight points of a stable memory (0.81-1.0) once filled the whole height of the plot and read as a
+    collapse: a score in [0, 1] is drawn on all of [0, 1], others from 0, and experiences are whole ticks."""
+    from experiments.artifacts import forgetting_plot
+
+    stable = [[1.0, None, None], [0.95, 0.99, None], [0.81, 0.9, 0.98]]
+    fig = forgetting_plot(stable, [100, 200, 300], "accuracy", "stable")
+    assert fig.axes[0].get_ylim() == (0.0, 1.02) and fig.axes[1].get_ylim() == (0.0, 1.02)
+    assert all(float(t).is_integer() for t in fig.axes[0].get_xticks())
+    bits = forgetting_plot([[2.5, None], [3.1, 2.0]], [10, 20], "bits_per_byte", "text")
+    assert bits.axes[0].get_ylim()[0] == 0.0 and bits.axes[0].get_ylim()[1] > 3.1
