@@ -72,6 +72,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         if getattr(args, "debug", False):
             raise
         return _user_error(f"ovq-cl: error: {one_line(err)}  (--debug for the traceback)")
+    except Exception as err:  # noqa: BLE001 - only the tracking store's faults are turned into one line
+        store_fault = _store_fault(err)
+        if store_fault is None or getattr(args, "debug", False):
+            raise
+        return _user_error(f"ovq-cl: error: the tracking store ({store_fault}): {one_line(err)}  "
+                           "(nothing was lost: a run's checkpoints stay; --debug for the traceback)")
+
+
+def _store_fault(err: BaseException) -> Optional[str]:
+    """Where ``err`` (or what it was raised from) comes from when it is a fault of the tracking store: MLflow,
+    SQLAlchemy or SQLite (an unsupported URI, a corrupted or locked database); None otherwise."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        module = type(err).__module__.split(".")[0]
+        if module in ("mlflow", "sqlalchemy", "sqlite3"):
+            return {"mlflow": "MLflow", "sqlalchemy": "its database", "sqlite3": "its SQLite file"}[module]
+        err = err.__cause__ or err.__context__
+    return None
 
 
 #: seconds a torchrun rank other than 0 waits, after a mistake, for rank 0 to say it and end the group

@@ -71,11 +71,13 @@ class ModelConfig:
                   for name, opts in self.mixers.items()}
         for name in self.layers:
             if name not in MIXERS:
-                raise ValueError(f"model config: unknown mixer {name!r} in layers; known: {MIXERS.names()}")
+                raise ValueError(f"model config: unknown mixer {name!r} in layers; known: {MIXERS.names()}"
+                                 + _did_you_mean(name))
             mixers.setdefault(name, {})
         for name in mixers:
             if name not in MIXERS:
-                raise ValueError(f"model config: unknown mixer {name!r} in mixers; known: {MIXERS.names()}")
+                raise ValueError(f"model config: unknown mixer {name!r} in mixers; known: {MIXERS.names()}"
+                                 + _did_you_mean(name))
         full = {name: dataclasses.asdict(mixer_options(name, mixers[name])) for name in sorted(mixers)}
         if self.state_budget is not None:
             full.update(self._sized(full, mixers))
@@ -101,6 +103,24 @@ class ModelConfig:
                                  f"sizes it: give one of the two (model.mixers.{name}.{knob}=null frees it)")
             sized[name] = dataclasses.asdict(options)
         return sized
+
+
+#: names people type for a mixer, and its name here (Gated DeltaNet is ``delta``, DeltaNet ``deltanet``)
+MIXER_ALIASES = {"gated_deltanet": "delta", "gated_delta": "delta", "gdn": "delta", "gateddeltanet": "delta",
+                 "delta_net": "deltanet", "mamba": "ssm", "mamba2": "ssm", "gla": "ssm", "attention": "full",
+                 "softmax": "full", "sliding_window": "swa", "based": "linear"}
+
+
+def _did_you_mean(name: str) -> str:
+    """`` (did you mean 'delta', Gated DeltaNet?)`` for a name people use for a mixer of another name here."""
+    key = str(name).lower().replace("-", "_")
+    if key in MIXER_ALIASES:
+        meant = MIXER_ALIASES[key]
+        what = {"delta": "Gated DeltaNet (delta rule with decay)", "deltanet": "DeltaNet (the delta rule, no decay)",
+                "ssm": "the Mamba-2-style SSM", "full": "causal softmax attention", "swa": "sliding-window attention",
+                "linear": "linear attention (Based: feature_map taylor)"}[meant]
+        return f" (did you mean {meant!r}: {what}?)"
+    return ""
 
 
 def check_moved_keys(user: Any, where: str = "model") -> None:

@@ -95,3 +95,20 @@ def test_a_plugin_folder_beside_a_folder_named_like_a_framework_package_does_not
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert out.returncode == 0, out.stderr[-1500:]
     assert out.stdout.split() == [os.path.join(ROOT, "streams", "__init__.py"), "True"]
+
+
+@pytest.mark.parametrize("store, said", [
+    ("foo://bar", "the tracking store (MLflow): "),
+    ("corrupt", "the tracking store (its database): (sqlite3.DatabaseError) file is not a database"),
+])
+def test_a_broken_tracking_store_is_one_line_not_a_traceback(tmp_path, capsys, store, said):
+    """An unsupported store URI and a corrupted SQLite file (each ~60-100 lines of MLflow and SQLAlchemy
+    traceback before) are one line, exit status 2."""
+    from experiments.cli import main
+
+    if store == "corrupt":
+        (tmp_path / "mlruns.db").write_text("not a database\n")
+        store = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    assert main(["compare", "--tracking-uri", store]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ovq-cl: error: ") and said in err, err

@@ -67,3 +67,15 @@ def test_state_sizes_cli_prints_the_sizing(capsys):
     assert main(["state-sizes", "--budget", "67840", "--d-model", "64", "--lengths", "800"]) == 0
     out = capsys.readouterr().out
     assert "num_slots=128" in out and "window=133" in out and "parameters" in out
+
+
+@pytest.mark.parametrize("typed, meant", [("gated_deltanet", "'delta': Gated DeltaNet"), ("DeltaNet", None),
+                                          ("delta-net", "'deltanet': DeltaNet"), ("mamba2", "'ssm'")])
+def test_a_mixer_name_people_guess_says_which_name_it_has_here(typed, meant):
+    """Gated DeltaNet is `delta` and DeltaNet `deltanet`: everyone guesses wrong once, so the refusal says."""
+    if typed == "DeltaNet":                       # a registered name in another case: the list says it
+        with pytest.raises(ValueError, match="unknown mixer 'DeltaNet' in layers; known: "):
+            model_config({"layers": [typed]})
+        return
+    with pytest.raises(ValueError, match=f"did you mean {meant}"):
+        model_config({"layers": [typed]})
