@@ -4,7 +4,9 @@
     bench = stream_benchmark("my_stream", {"n_experiences": 3})      # an Avalanche benchmark
 
 ``build(options) -> StreamData`` must be a pure function of its options (seeded generators, no global
-state); the options dataclass is validated before anything runs (``check_stream_options``), so a bad
+state); it receives them validated, as an instance of the registered options dataclass, so a variant of a
+built-in stream is a subclass that changes defaults, registered under a name of its own with the
+built-in's builder (README, "Your own stream in ten minutes"); the options dataclass is validated before anything runs (``check_stream_options``), so a bad
 key in ``stream.options`` fails in one line before meta-training. Runs get the run's seed as
 ``stream.options.seed`` unless set, so the dataclass should have a ``seed`` field (every built-in has).
 """
@@ -37,7 +39,10 @@ def check_stream_options(name: str, options: Any):
 
 
 def stream_data(name: str, options: Any = None) -> StreamData:
-    return STREAMS.get(name).build(options)
+    """The stream's data, built from its options validated against its registered options type: a stream
+    registered as a variant of another (``register_stream("icr8", icr_data, ICR8Config)``, a subclass that
+    changes defaults) gets its own defaults, not the builder's."""
+    return STREAMS.get(name).build(check_stream_options(name, options))
 
 
 def stream_benchmark(name: str, options: Any = None):
