@@ -90,6 +90,9 @@ class TrackingSection:
     experiment: str = "ovq-cl"
     tracking_uri: Optional[str] = None     # None: $MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
     run_name: Optional[str] = None
+    # Avalanche loggers beside MLflow (experiments.tracking.lifecycle.avalanche_loggers): text, csv,
+    # tensorboard or package.module:factory; written under {output_dir}/loggers/{label}-{config id}
+    loggers: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -147,6 +150,11 @@ class RunConfig:
 
         from strategies.registry import STRATEGIES, strategy_options
 
+        from experiments.tracking.lifecycle import LOGGER_NAMES, logger_factory
+
+        for name in cfg.tracking.loggers:                # a logger that cannot be made: said before any compute
+            if name not in LOGGER_NAMES:
+                logger_factory(name)
         if cfg.strategy.name not in STRATEGIES:
             raise ValueError(f"run config: unknown strategy {cfg.strategy.name!r}; known: {STRATEGIES.names()}")
         cfg.strategy.options = dc.asdict(strategy_options(cfg.strategy.name, cfg.strategy.options))

@@ -440,7 +440,8 @@ def new_session(run: ResolvedRun, tracker, model_cfg: ModelConfig) -> Session:
     results = ResultMatrix(info.metric, info.n_experiences,
                            labels_in_force=info.labels_in_force if info.facts_change else None,
                            context=info.metric_context)
-    evaluator = EvaluationPlugin(results, loggers=avalanche_loggers(tracker))
+    evaluator = EvaluationPlugin(results, loggers=avalanche_loggers(
+        tracker, cfg.tracking.loggers, os.path.join(cfg.output_dir, "loggers", f"{cfg.label()}-{cfg.identity()}")))
     s = cfg.strategy
     model.to(run.device)
     distributed.check_mixer_options(model)

@@ -308,3 +308,34 @@ def test_metric_histories_keep_each_steps_latest_value_as_a_resumed_run_logs_an_
         client.log_metric(run.info.run_id, "R/eval_0", value, timestamp=at, step=step)
     got = metric_histories(client, run.info.run_id, ["R/eval_0", "never/logged"])
     assert got == {"R/eval_0": {0: 0.5, 1: 0.75}, "never/logged": {}}
+
+
+def test_a_run_feeds_the_avalanche_loggers_its_user_names_and_a_bad_one_is_refused_first(tmp_path):
+    """`tracking.loggers: [text, package.module:factory]`: Avalanche's TextLogger writes the run's evaluation
+    to {output_dir}/loggers/...; a factory of the user's gets that folder; a name that is neither is one
+    line before anything runs."""
+    import glob
+
+    from experiments.config import run_config
+    from experiments.runner import run
+    from test_runner import TINY
+
+    made = []
+
+    def factory(folder):
+        from avalanche.logging import TextLogger
+
+        made.append(folder)
+        return TextLogger(open(os.path.join(folder, "mine.txt"), "a"))
+
+    import test_tracking
+
+    test_tracking.user_factory = factory
+    cfg = run_config({**TINY, "output_dir": str(tmp_path / "out"), "tracking": {"enabled": False},
+                      "checkpoint": {"enabled": False}},
+                     ["tracking.loggers=[text,test_tracking:user_factory]"])
+    run(cfg)
+    (log,) = glob.glob(str(tmp_path / "out" / "loggers" / "*" / "log.txt"))
+    assert os.path.getsize(log) > 0 and made and os.path.getsize(os.path.join(made[0], "mine.txt")) > 0
+    with pytest.raises(ValueError, match="tracking.loggers: 'wandb' is neither one of text, csv, tensorboard"):
+        run_config({**TINY, "tracking": {"enabled": False}}, ["tracking.loggers=[wandb]"]).check()

@@ -41,14 +41,53 @@ def run_tracker(enabled: bool, experiment: str, run_name: str, tracking_uri: Opt
                       tags={**tags, "pid": os.getpid()}, run_id=run_id)
 
 
-def avalanche_loggers(tracker) -> list:
-    """Avalanche loggers writing to ``tracker`` (none for a :class:`NullTracker`)."""
-    if isinstance(tracker, NullTracker):
-        return []
-    from experiments.tracking import MLflowLogger
+#: the Avalanche loggers ``tracking.loggers`` can name, each made with the run's own folder
+LOGGER_NAMES = ("text", "csv", "tensorboard")
 
-    # Avalanche steps its metrics by training iteration, ours by experience: its names say which axis
-    return [MLflowLogger(tracker, prefix="by_iteration/")]
+
+def avalanche_loggers(tracker, names=(), folder: str = "outputs/loggers") -> list:
+    """Avalanche loggers of a run: the one writing to ``tracker`` (none for a :class:`NullTracker`), then one
+    per name of ``tracking.loggers``: ``text`` (Avalanche's TextLogger into ``folder/log.txt``), ``csv``
+    (CSVLogger in ``folder/csv``), ``tensorboard`` (TensorboardLogger in ``folder/tensorboard``; needs the
+    tensorboard package), or ``package.module:factory``, called with ``folder`` and returning a logger
+    (W&B, a user's own): the loggers a user already reads, fed by the same evaluation."""
+    loggers = []
+    if not isinstance(tracker, NullTracker):
+        from experiments.tracking import MLflowLogger
+
+        # Avalanche steps its metrics by training iteration, ours by experience: its names say which axis
+        loggers.append(MLflowLogger(tracker, prefix="by_iteration/"))
+    for name in names:
+        os.makedirs(folder, exist_ok=True)
+        if name == "text":
+            from avalanche.logging import TextLogger
+
+            loggers.append(TextLogger(open(os.path.join(folder, "log.txt"), "a")))
+        elif name == "csv":
+            from avalanche.logging import CSVLogger
+
+            loggers.append(CSVLogger(log_folder=os.path.join(folder, "csv")))
+        elif name == "tensorboard":
+            from avalanche.logging import TensorboardLogger
+
+            loggers.append(TensorboardLogger(tb_log_dir=os.path.join(folder, "tensorboard")))
+        else:
+            loggers.append(logger_factory(name)(folder))
+    return loggers
+
+
+def logger_factory(name: str) -> Callable[[str], Any]:
+    """The factory ``package.module:attr`` names (ValueError in one line when it is not one)."""
+    import importlib
+
+    module, colon, attr = name.partition(":")
+    if not (colon and module and attr):
+        raise ValueError(f"tracking.loggers: {name!r} is neither one of {', '.join(LOGGER_NAMES)} nor "
+                         "package.module:factory")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"tracking.loggers: {name!r}: {type(err).__name__}: {err}") from err
 
 
 def close_orphans(tracker, config_id: str, announce: Callable[[str], None]) -> None:
