@@ -519,6 +519,7 @@ def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) ->
     metric = None
     for ax, (mixer, keys) in zip(axes.flat, sorted(by_mixer.items())):
         labels = short_recipe_labels(keys)
+        dotted = False
         for c, key in enumerate(keys):
             rows, metric = _meta_rows(groups[key])
             steps = [s for s, _ in rows]
@@ -529,7 +530,9 @@ def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) ->
             if recalled:
                 ax.plot([s for s, _ in recalled], [statistics.fmean(v) for _, v in recalled], color=style["color"],
                         ls=":", lw=1.2)
-        ax.set_title(f"{mixer} (dotted: recalled answers)", fontsize=8)
+                dotted = True
+        # the dotted line is promised only where one is drawn (runs that logged recalled answers)
+        ax.set_title(f"{mixer} (dotted: recalled answers)" if dotted else mixer, fontsize=8)
         ax.set_xlabel("meta-training step", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=5.5, loc="lower right")
