@@ -9,11 +9,11 @@ from typing import List, Optional
 
 
 #: what ``ovq-cl --help`` says first
-DESCRIPTION = """Command line: ``ovq-cl demo | run | sweep | compare | study | report | state-sizes``.
+DESCRIPTION = """Command line: ovq-cl demo | run | sweep | compare | merge | migrate | pieces | study | report | state-sizes.
 
-``--plugin MODULE`` (run, sweep, compare, state-sizes, demo; repeatable) imports a module of yours first, so the
+--plugin MODULE (run, sweep, compare, state-sizes, demo; repeatable) imports a module of yours first, so the
 mixers, streams, strategies and metrics it registers can be named in configs; packages can instead
-declare entry points (``ovq_cl.mixers``, ``ovq_cl.streams``, ``ovq_cl.strategies``, ``ovq_cl.metrics``).
+declare entry points (ovq_cl.mixers, ovq_cl.streams, ovq_cl.strategies, ovq_cl.metrics).
 """
 
 

@@ -47,3 +47,14 @@ def test_state_sizes_cli_lists_every_mixer_and_only_full_attention_grows(capsys)
     assert set(rows) == set(MIXERS)
     for name, (short, long) in rows.items():
         assert (int(long.replace(",", "")) > int(short.replace(",", ""))) == (name == "full")
+
+
+def test_every_help_text_is_plain_text_not_rst(capsys):
+    """`ovq-cl --help` and each subcommand's help show no reStructuredText markup (``...``)."""
+    from experiments.arguments import build_parser
+
+    parser = build_parser()
+    texts = [parser.format_help()]
+    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    texts += [sub.format_help() for sub in subparsers.choices.values()]
+    assert len(texts) > 8 and not [t for t in texts if "``" in t]
