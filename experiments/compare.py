@@ -167,6 +167,13 @@ def history_keys(metrics: Dict[str, float]) -> List[str]:
     return sorted(k for k in metrics if k.startswith("R/eval_")) + ["stream/learning_score", "stream/tokens_per_lane"]
 
 
+def _label_of(run_name: str, config_id: Optional[str]) -> str:
+    """The run's label (as its JSON record has it) from its MLflow name, which ends in ``-`` and the config
+    id's first six characters (``experiments.runner._tracker``)."""
+    suffix = f"-{config_id[:6]}" if config_id else None
+    return run_name[:-len(suffix)] if suffix and run_name.endswith(suffix) else run_name
+
+
 def record_from_mlflow(row: Dict[str, Any], history: Optional[Dict[str, Dict[int, float]]] = None) -> RunRecord:
     """A record from :func:`experiments.tracking.runs_table`'s row (latest metric values, params, tags)
     and, where given, the run's metric histories (:func:`history_keys`): R and the tokens after each
@@ -185,7 +192,7 @@ def record_from_mlflow(row: Dict[str, Any], history: Optional[Dict[str, Dict[int
         chances = [float(c) for c in logged] if all(c is not None for c in logged) else []
     flag = {"true": True, "false": False}.get(tags.get("learned_overall", ""), None)
     return RunRecord(
-        label=row.get("run_name", ""), params=_params(p), metric=tags.get("metric", "?"),
+        label=_label_of(row.get("run_name", ""), tags.get("config_id")), params=_params(p), metric=tags.get("metric", "?"),
         summary={k[len("final/"):]: v for k, v in m.items() if k.startswith("final/")},
         summary_current={k[len("final_current/"):]: v for k, v in m.items() if k.startswith("final_current/")},
         learned=flag, gate_skill=_num(m.get("gate/skill")), gate_score=_num(m.get("gate/score")),

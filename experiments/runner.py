@@ -835,8 +835,10 @@ def _tracker(run: ResolvedRun, parent_run_id: Optional[str], opening: Opening):
     if run.checkpoints:
         tags["checkpoint_dir"] = os.path.abspath(cfg.checkpoint.dir)
     run_id = None if opening.checkpoint is None else opening.checkpoint["extra"].get("run_id")
-    return run_tracker(t.enabled and run.main, t.experiment, t.run_name or cfg.label(), t.tracking_uri,
-                       parent_run_id, run_id, tags)
+    # the label names a run's stream, mixers, strategy, memory and seed; its config id's first characters set
+    # apart configurations that share all of those (three num_slots of OVQ once made three runs of one name)
+    name = t.run_name or f"{cfg.label()}-{cfg.identity()[:6]}"
+    return run_tracker(t.enabled and run.main, t.experiment, name, t.tracking_uri, parent_run_id, run_id, tags)
 
 
 def _slug(version: str) -> str:

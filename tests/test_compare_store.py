@@ -61,3 +61,13 @@ def test_compare_on_a_store_of_two_sweeps_and_a_plugin_metric(tmp_path, new_stor
     assert plot.stat().st_size > 1000
     assert main(["compare", "--tracking-uri", uri, "--sweep", "third"]) == 2
     assert "no sweep 'third' in experiment 'ovq-cl'; its sweeps: ['first', 'second']" in capsys.readouterr().err
+
+
+def test_a_record_read_from_mlflow_has_the_label_its_json_record_has():
+    from experiments import compare
+
+    row = {"metrics": {}, "params": {"model.layers": "['ovq']"}, "run_name": "icr-ovq-frozen-persist-s0-3ea781",
+           "tags": {"config_id": "3ea781b9fa02"}}
+    assert compare.record_from_mlflow(row).label == "icr-ovq-frozen-persist-s0"
+    named = {**row, "run_name": "my-own-name"}                       # tracking.run_name: kept as the user named it
+    assert compare.record_from_mlflow(named).label == "my-own-name"

@@ -50,6 +50,10 @@ def test_sweep_nests_runs_and_compares_over_seeds(tmp_path, monkeypatch, new_sto
     assert parent["status"] == "FINISHED" and len(runs) == 2
     assert all(r["parent_run_id"] == parent["run_id"] and r["status"] == "FINISHED" for r in runs.values())
     assert sorted(r["params"]["stream.options.seed"] for r in runs.values()) == ["0", "1"]
+    # a run's MLflow name is its label and its config id's first characters: configurations that share a
+    # label (stream, mixers, strategy, memory, seed) and differ elsewhere get names of their own
+    assert sorted(runs) == sorted(f"{c.label()}-{r['tags']['config_id'][:6]}" for c, r in
+                                  zip(configs, sorted(runs.values(), key=lambda r: r["params"]["stream.options.seed"])))
     text = compare.table(results)
     rows = [line for line in text.splitlines() if line.startswith("| all runs")]
     assert len(rows) == 1 and "(2)" in rows[0] and "[" in rows[0]          # one configuration, n = 2, with CIs
