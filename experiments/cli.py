@@ -72,6 +72,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if getattr(args, "debug", False):
             raise
         return _user_error(f"ovq-cl: error: {one_line(err)}  (--debug for the traceback)")
+    except OSError as err:
+        import errno
+
+        if err.errno != errno.ENOSPC or getattr(args, "debug", False):
+            raise
+        return _user_error(f"ovq-cl: error: {err.strerror if err.strerror and err.filename is None else err}  "
+                           "(--debug for the traceback)")
     except Exception as err:  # noqa: BLE001 - only the tracking store's faults are turned into one line
         store_fault = _store_fault(err)
         if store_fault is None or getattr(args, "debug", False):

@@ -112,3 +112,35 @@ def test_a_broken_tracking_store_is_one_line_not_a_traceback(tmp_path, capsys, s
     assert main(["compare", "--tracking-uri", store]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("ovq-cl: error: ") and said in err, err
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeypatch, capsys):
+    """torch's writer on a full disk says "enforce fail ... file write failed" in 48 lines; now: no space
+    left, where, how much is free, and the last complete checkpoint untouched."""
+    import errno
+
+    import torch
+
+    import experiments.cli as cli
+    from strategies.training import checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    path = str(tmp_path / "ckpt" / "last.pt")
+    checkpoint.save_checkpoint(path, model=model, optimizer=None, states=None, next_experience=1, metrics={})
+    before = open(path, "rb").read()
+
+    def full_disk(obj, f):
+        open(f, "wb").write(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:626] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(checkpoint.CheckpointWriteError) as caught:
+        checkpoint.save_checkpoint(path, model=model, optimizer=None, states=None, next_experience=2, metrics={})
+    assert caught.value.errno == errno.ENOSPC and "no space left on the device of" in str(caught.value)
+    assert open(path, "rb").read() == before and not os.path.exists(path + ".tmp")
+
+    monkeypatch.setattr(cli, "_dispatch", lambda args, parser: (_ for _ in ()).throw(caught.value))
+    assert cli.main(["report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ovq-cl: error: no space left on the device of"), err

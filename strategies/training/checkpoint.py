@@ -7,8 +7,10 @@ file damaged by hand), saying so.
 """
 from __future__ import annotations
 
+import errno
 import os
 import random
+import shutil
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -43,7 +45,20 @@ def save_checkpoint(path: str, *, model, optimizer, states, next_experience: int
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
-    torch.save(payload, tmp)
+    try:
+        torch.save(payload, tmp)
+    except (RuntimeError, OSError) as err:
+        # a full disk reaches torch's zip writer as "enforce fail ... file write failed": said as what it is;
+        # the last complete checkpoint is untouched (only the temporary file was being written)
+        folder = os.path.dirname(os.path.abspath(path))
+        full = isinstance(err, OSError) and err.errno == errno.ENOSPC or "write failed" in str(err)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if not full:
+            raise
+        raise CheckpointWriteError(errno.ENOSPC, f"no space left on the device of {folder} to write a checkpoint "
+                                   f"({shutil.disk_usage(folder).free:,} B free); the last checkpoint is "
+                                   "kept and the run resumes from it once there is room") from err
     if os.path.exists(path):
         os.replace(path, previous_path(path))
     os.replace(tmp, path)
@@ -52,6 +67,10 @@ def save_checkpoint(path: str, *, model, optimizer, states, next_experience: int
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read; the message names it and how to start over."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (no space left): the message says where and what is kept."""
 
 
 def previous_path(path: str) -> str:
