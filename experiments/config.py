@@ -329,10 +329,21 @@ class RunConfig:
             d.pop("precision")
         if self.resolved_device() != "cpu":
             d["device"] = self.resolved_device()          # another device can change the numbers
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size > 1 and self.trains_weights():
+            # ranks sum gradients in another order: float32 differences that training grows (R up to 0.078
+            # apart after 240 steps), so a run that trains weights under torchrun is not the one-process run
+            d["world_size"] = world_size
         d["meta_train"].pop("checkpoint_every", None)    # when to save does not change what is computed
         if not d["meta_train"].get("retention_loss"):    # no retention loss: as before it existed
             d["meta_train"].pop("retention_loss", None)
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+    def trains_weights(self) -> bool:
+        """Whether the run trains weights anywhere: meta-training steps, or a strategy that trains them."""
+        from strategies.registry import STRATEGIES
+
+        return self.meta_train.steps > 0 or (self.strategy.name in STRATEGIES and STRATEGIES.get(self.strategy.name).trains_weights)
 
     def label(self) -> str:
         layers = "+".join(self.model.layers)

@@ -80,11 +80,11 @@ def test_two_processes_give_one_process_run_and_a_run_resumes_with_another_world
     from experiments.tracking import runs_table
 
     (tmp_path / "cfg.yaml").write_text(CONFIG)
-    for store in ("one", "two", "mixed"):
+    for store in ("one", "two", "mixed", "frozen"):
         new_store(tmp_path / (store + ".db"))
 
-    def args(store):
-        return ["run", "cfg.yaml", f"tracking.tracking_uri=sqlite:///{tmp_path / (store + '.db')}",
+    def args(store, config="cfg.yaml"):
+        return ["run", config, f"tracking.tracking_uri=sqlite:///{tmp_path / (store + '.db')}",
                 f"checkpoint.dir=ckpt/{store}", "--quiet"]
 
     one = ovq_cl(tmp_path, *args("one"))
@@ -94,17 +94,29 @@ def test_two_processes_give_one_process_run_and_a_run_resumes_with_another_world
     assert two.stdout.count("MLflow run:") == 1                        # rank 0 alone prints the result
     # Avalanche warns of plugins that do not declare supports_distributed: the user's, none of ours
     assert "plugins.extension.AnchorPlugin" in two.stderr and "<class 'strategies." not in two.stderr
-    killed = ovq_cl(tmp_path, *args("mixed"), env={"EXTENSION_KILL_BEFORE": "2"})
+    # a run that trains nothing (no meta-training, weights frozen) is one run whatever its world size: killed
+    # in one process, it resumes under two; one that trains weights is not (its identity holds the world size)
+    (tmp_path / "frozen.yaml").write_text(CONFIG.replace(
+        "strategy: {name: anchor, lr: 0.01, train_mb_size: 4, options: {strength: 0.05}}",
+        "strategy: {name: frozen_hooks, train_mb_size: 4}"))
+    untrained = ["meta_train.steps=0"]
+
+    frozen_one = ovq_cl(tmp_path, *args("frozen", "frozen.yaml"), *untrained)
+    assert frozen_one.returncode == 0, frozen_one.stderr[-2000:]
+    killed = ovq_cl(tmp_path, *args("mixed", "frozen.yaml"), *untrained, env={"EXTENSION_KILL_BEFORE": "2"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert checkpoint(tmp_path, "mixed")["next_experience"] == 2      # rows 0-1 by one process
-    resumed = torchrun(tmp_path, *args("mixed"))
+    resumed = torchrun(tmp_path, *args("mixed", "frozen.yaml"), *untrained)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
 
     reference = checkpoint(tmp_path, "one")
     ovq_state = reference["states"][0]
     assert int(ovq_state["mixer.merges"]) > 0 and int(ovq_state["mixer.n_active"]) == 4    # the rules acted
-    assert_same_run(checkpoint(tmp_path, "two"), reference)
-    assert_same_run(checkpoint(tmp_path, "mixed"), reference)
+    assert_same_run(checkpoint(tmp_path, "two"), reference)          # here, within float32 tolerance
+    assert_same_run(checkpoint(tmp_path, "mixed"), checkpoint(tmp_path, "frozen"))
+    one_id, = {r["tags"]["config_id"] for r in runs_table("ovq-cl", f"sqlite:///{tmp_path / 'one.db'}")}
+    two_id, = {r["tags"]["config_id"] for r in runs_table("ovq-cl", f"sqlite:///{tmp_path / 'two.db'}")}
+    assert one_id != two_id                                           # training under two ranks: another run
     # one MLflow run per store (rank 1 tracks nothing), finished, with the world size of its last attempt
     for store, tags in (("mixed", {"world_size": "2", "resumed_at_experience": "2"}), ("two", {"world_size": "2"})):
         runs = runs_table("ovq-cl", f"sqlite:///{tmp_path / (store + '.db')}")

@@ -203,3 +203,6 @@ class SIOptions:
 
 
 register_strategy("si", SIOptions, lambda options, seed: [HooksPlugin(), SynapticIntelligencePlugin(si_lambda=options.si_lambda)])
+
+# weights frozen, the test hooks on: a run that trains nothing is one run whatever its world size
+register_strategy("frozen_hooks", plugins=lambda options, seed: [HooksPlugin()], trains_weights=False)
