@@ -162,7 +162,9 @@ def test_a_study_runs_on_ray_end_to_end_and_then_nothing_is_left(tmp_path):
     from experiments.study import SMOKE_OVERRIDES
     from test_pieces import SWEEP, _study
 
-    tiny = SWEEP.replace("[ovq];[full]", "[full]").replace(" --grid", " " + " ".join(SMOKE_OVERRIDES) + " --grid", 1)
+    # the smoke sizes and a stream of two short experiences: what is tested is the path, not the numbers
+    small = ["stream.options.n_experiences=2", "stream.options.test_episodes=4", *SMOKE_OVERRIDES]
+    tiny = SWEEP.replace("[ovq];[full]", "[full]").replace(" --grid", " " + " ".join(small) + " --grid", 1)
     spec = _study(tmp_path, [tiny])
     pieces = study_pieces(spec, str(tmp_path))
     assert [p.label for p in pieces] == ["icr-full-frozen-persist-s0", "icr-full-frozen-persist-s1"]
