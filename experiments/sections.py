@@ -541,6 +541,8 @@ def plot_meta_curves(records: List[compare.RunRecord], path: str, title: str) ->
     for ax in axes[:, 0]:
         ax.set_ylabel(f"{metric} on the training batches\n(mean over seeds, band: range)", fontsize=8)
     fig.suptitle(title, fontsize=9)
+    # room between the rows: a row's x label once ran into the next row's panel titles
+    fig.tight_layout(rect=(0, 0, 1, 0.97), h_pad=1.2)
     _save(fig, path)
 
 
