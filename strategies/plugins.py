@@ -9,7 +9,7 @@ Any other plugin of the strategy (Avalanche's own: Synaptic Intelligence, MAS, G
 is saved by its instance attributes (``vars``), pickled when the checkpoint is written, and restored into
 the new run's plugin of the same position and class, so that a resumed run goes on with its importances,
 memories and old models as the uninterrupted run does. A plugin whose attributes cannot be pickled
-(AGEM holds an iterator) is named: the checkpoint records it, and a resume says in one line that its state
+(a lambda, an open file) is named: the checkpoint records it, and a resume says in one line that its state
 restarts (:func:`unsaved_plugins`). Plugins whose state the run keeps itself (``run_managed = True``: the
 carried memory, progress bars; the evaluation, clock and periodic-evaluation plugins Avalanche's template
 adds) are left out, so that a harmless setting changed on a resume (progress bars on) keeps the positions.
